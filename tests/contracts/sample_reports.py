@@ -37,6 +37,10 @@ def blob(label: str, schema: str | None = None, media_type: str = "application/j
     return ArtifactRef.of_bytes(label.encode(), media_type, schema)
 
 
+SUITE_RELEASE = EventRef(id=hex_of("suite-release"), pubkey=hex_of("suite-author"), kind=3184)
+SUBJECT_RELEASE = EventRef(id=hex_of("subject-release"), pubkey=hex_of("runner"), kind=3184)
+
+
 @dataclass(frozen=True)
 class Spec:
     """How a constructed report differs from the default hosted two-arm report."""
@@ -45,8 +49,8 @@ class Spec:
     baseline: bool = True
     verdict: Verdict = Verdict.PASS
     requester: EventRef | None = None
-    suite_release: EventRef | None = EventRef(id=hex_of("suite-release"), pubkey=hex_of("suite-author"), kind=3184)
-    subject_release: EventRef | None = EventRef(id=hex_of("subject-release"), pubkey=hex_of("runner"), kind=3184)
+    suite_release: EventRef | None = SUITE_RELEASE
+    subject_release: EventRef | None = SUBJECT_RELEASE
 
 
 def cases() -> CaseManifest:

@@ -77,7 +77,7 @@ def many_measurements(value: dict[str, Any]) -> None:
     value["measurements"] = [measurement(value)] * (MAX_MEASUREMENTS + 1)
 
 
-RULES: list[tuple[str, Callable[[], dict[str, Any]], Callable[[Any], object], Code, str]] = [
+RULES: list[tuple[str, Callable[[], dict[str, Any]], Callable[[Any], object], Code, str | None]] = [
     ("optimization key", sample, lambda v: v.update(optimization={}), Code.UNSUPPORTED_FEATURE, "optimization"),
     ("unknown key", sample, lambda v: v.update(score=1), Code.UNSUPPORTED_FEATURE, "score"),
     ("missing key", sample, lambda v: v.pop("runs"), Code.MALFORMED, "runs"),
