@@ -103,21 +103,22 @@ class Event:
         """Strict shape parse of a decoded JSON object; raises `EventError("malformed", …)`."""
         if not isinstance(value, dict):
             raise EventError("malformed", "", "an event is a JSON object")
-        fields: dict[str, object] = {}
-        for name in ("id", "pubkey", "created_at", "kind", "tags", "content", "sig"):
-            if name not in value:
-                raise EventError("malformed", name, "required field is missing")
-            fields[name] = value[name]
-        event_id = _hex(fields["id"], "id", 64)
-        pubkey = _hex(fields["pubkey"], "pubkey", 64)
-        sig = _hex(fields["sig"], "sig", 128)
-        created_at = _integer(fields["created_at"], "created_at", CREATED_AT_MAX)
-        kind = _integer(fields["kind"], "kind", KIND_MAX)
-        content = fields["content"]
+        event_id = _hex(_field(value, "id"), "id", 64)
+        pubkey = _hex(_field(value, "pubkey"), "pubkey", 64)
+        created_at = _integer(_field(value, "created_at"), "created_at", CREATED_AT_MAX)
+        kind = _integer(_field(value, "kind"), "kind", KIND_MAX)
+        tags = _tags(_field(value, "tags"))
+        content = _field(value, "content")
         if not isinstance(content, str) or not _is_unicode(content):
             raise EventError("malformed", "content", "must be a Unicode string")
-        tags = _tags(fields["tags"])
+        sig = _hex(_field(value, "sig"), "sig", 128)
         return cls(event_id, pubkey, created_at, kind, tags, content, sig)
+
+
+def _field(value: dict[object, object], name: str) -> object:
+    if name not in value:
+        raise EventError("malformed", name, "required field is missing")
+    return value[name]
 
 
 def _hex(value: object, path: str, length: int) -> str:
