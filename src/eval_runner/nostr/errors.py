@@ -39,12 +39,16 @@ class EventError(NostrError):
 
 
 class Nip44Error(NostrError):
-    """A NIP-44 v2 failure: `invalid_key`, `encrypt_failed` or `decrypt_failed`."""
+    """A NIP-44 v2 failure: `invalid_key`, `invalid_argument`, `encrypt_failed` or `decrypt_failed`."""
 
 
 class Nip98Error(NostrError):
-    """A NIP-98 HTTP authorization that must be refused (HTTP 401)."""
+    """A NIP-98 authorization to refuse with HTTP 401.
+
+    Codes: `missing`, `malformed`, `invalid_event`, `wrong_kind`, `expired`, `url_mismatch`,
+    `method_mismatch`, `payload_mismatch`.
+    """
 
 
 class FrameError(NostrError):
-    """A relay protocol frame that is not one this package understands."""
+    """A relay protocol frame that is not one this package understands: `malformed`, `unknown_type`, `too_large`."""

@@ -24,6 +24,7 @@ SUB_ID_MAX: Final = 64
 DEFAULT_MAX_CHARS: Final = 1_048_576
 _TAG_LETTER: Final = re.compile(r"[a-zA-Z]")
 _INT_MAX: Final = 2**64 - 1
+_FILTER_FIELDS: Final = frozenset({"ids", "authors", "kinds", "since", "until", "limit"})
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
@@ -141,29 +142,45 @@ class Filter:
 
     @classmethod
     def from_json(cls, value: object, path: str = "") -> Filter:
+        """Strict parse of a filter object; unknown fields (e.g. NIP-50 `search`) are refused."""
         if not isinstance(value, dict):
             raise _fail(path, "a filter is a JSON object")
-        fields: dict[str, object] = {}
-        tags: list[tuple[str, tuple[str, ...]]] = []
-        for key, item in value.items():
-            at = f"{path}.{key}" if path else key
-            if key in ("ids", "authors", "kinds") or (key.startswith("#") and len(key) == 2):
-                if not isinstance(item, list):
-                    raise _fail(at, "must be a list")
-                if key.startswith("#"):
-                    if not all(isinstance(entry, str) for entry in item):
-                        raise _fail(at, "must be a list of strings")
-                    tags.append((key[1:], tuple(item)))
-                else:
-                    fields[key] = tuple(item)
-            elif key in ("since", "until", "limit"):
-                fields[key] = item
-            else:
-                raise _fail(at, "unknown filter field")
+
+        def at(key: str) -> str:
+            return f"{path}.{key}" if path else key
+
+        def strings(key: str) -> tuple[str, ...] | None:
+            if key not in value:
+                return None
+            item = value[key]
+            if not isinstance(item, list) or not all(isinstance(entry, str) for entry in item):
+                raise _fail(at(key), "must be a list of strings")
+            return tuple(item)
+
+        def number(key: str) -> int | None:
+            return None if key not in value else _check_int(value[key], at(key), _INT_MAX)
+
+        for key in value:
+            if key not in _FILTER_FIELDS and not (isinstance(key, str) and key.startswith("#") and len(key) == 2):
+                raise _fail(at(str(key)), "unknown filter field")
+        kinds: tuple[int, ...] | None = None
+        if "kinds" in value:
+            raw_kinds = value["kinds"]
+            if not isinstance(raw_kinds, list):
+                raise _fail(at("kinds"), "must be a list of integers")
+            kinds = tuple(_check_int(kind, at(f"kinds[{index}]"), KIND_MAX) for index, kind in enumerate(raw_kinds))
+        tags = []
+        for key in value:
+            if key.startswith("#"):
+                found = strings(key)
+                assert found is not None
+                tags.append((key[1:], found))
+        ids, authors = strings("ids"), strings("authors")
+        since, until, limit = number("since"), number("until"), number("limit")
         try:
-            return cls(tags=tuple(tags), **fields)  # type: ignore[arg-type]  # checked in __post_init__
+            return cls(ids=ids, authors=authors, kinds=kinds, since=since, until=until, limit=limit, tags=tuple(tags))
         except FrameError as error:
-            raise _fail(f"{path}.{error.path}" if path else error.path, error.message) from None
+            raise _fail(at(error.path), error.message) from None
 
     def matches(self, event: Event) -> bool:
         """NIP-01 match: every given constraint holds (`limit` does not affect matching)."""
