@@ -310,7 +310,7 @@ def test_a_draft_over_64_kib_is_a_limit() -> None:
 
 
 def test_the_serialised_draft_bound_counts_escapes() -> None:
-    # JSON escapes make the serialised text longer than the characters: 13,000 newlines are 26,000 bytes.
+    # JSON escapes make the serialised text longer than the characters: 33,000 newlines are 66,000 bytes.
     value = draft(1)
     value["cases"][0]["prompt"] = "p" + "\n" * 33_000
     error = refused(chat(draft=value))
