@@ -401,3 +401,10 @@ def test_a_case_parser_fed_anything_raises_only_test_set_errors(prompt: bytes, g
         parse_case("c", "c", Path("c"), files)
     except TestSetError as caught:
         assert caught.file.startswith("c/")  # noqa: PT017 - any other exception fails the test
+
+
+def test_a_grader_file_stem_outside_the_grammar_is_refused(tmp_path: Path) -> None:
+    files = case(graders={"my grader": '+++\ntype = "regex"\nname = "ok"\n+++\nx\n'})
+    error = refused(tmp_path, files)
+    assert error.file == "c/graders/my grader.md"
+    assert "named like a case" in error.message

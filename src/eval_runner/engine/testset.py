@@ -8,8 +8,9 @@ A case is a directory holding `prompt.md` and optionally `case.toml`, `graders/*
 naming the file (relative to the eval directory) and the key.
 
 Decisions beyond the spec (the reference's `ext-eval` loader where it speaks, ours where not):
-* Case and grader names follow `contracts.case_id` with the 64-byte limit of runner.md §22, so a name
-  the case manifest would refuse (`results`, `node_modules`) is refused at load, not at release.
+* Case and grader names, and grader file stems, follow `contracts.case_id` with the 64-byte limit of
+  runner.md §22, so a name the case manifest would refuse (`results`, `my grader`) is refused at load,
+  not at release.
 * A case holds at most 256 fixtures, each at most 1 MiB, with a plain `/`-separated path of at most
   512 bytes (the case manifest's bounds, wire.md §14.1): the reference loads more and then cannot
   build its manifest; we refuse at load.
@@ -34,9 +35,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from eval_runner.contracts.case_id import is_case_id
 from eval_runner.engine.frontmatter import (
     CASE_SCHEMA,
     CASE_SCHEMA_PREFIX,
+    MAX_NAME_BYTES,
     Table,
     TestSetError,
     check_keys,
@@ -278,6 +281,10 @@ def _read_graders(case_dir: Path, path: str) -> tuple[CaseFile, ...]:
         raise TestSetError(label, None, f"holds {len(names)} grader files; a case has at most {MAX_GRADERS}")
     out = []
     for name in names:
+        if not is_case_id(name.removesuffix(".md"), MAX_NAME_BYTES):
+            raise TestSetError(
+                f"{label}/{name}", None, "a grader file is named like a case: letters, digits, `.`, `_`, `-`, then .md"
+            )
         data = _read_limited(case_dir / GRADERS_DIR / name, f"{label}/{name}")
         if data is None:
             raise TestSetError(f"{label}/{name}", None, "disappeared while the case was read")
