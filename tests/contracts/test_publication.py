@@ -12,11 +12,13 @@ import pytest
 
 from eval_runner.contracts.errors import Code, ContractError
 from eval_runner.contracts.publication import (
+    MAX_EVENT_MESSAGE_BYTES,
     MAX_REQUEST_BYTES,
     PUBLICATION_KIND,
     Citation,
     Cites,
     Unsigned,
+    check_relay_size,
     check_request,
     publication,
     read_publication,
@@ -334,3 +336,18 @@ def test_a_bad_citation_id_is_refused_by_the_builder() -> None:
     with pytest.raises(ContractError) as caught:
         publication(report_bytes(), cites=Citation(Cites.CHECK, "not-an-id"))
     assert caught.value.code is Code.MALFORMED
+
+
+def test_a_result_the_relay_cannot_hold_is_too_large() -> None:
+    event, _ = hosted()
+    check_relay_size(event)
+    # A 64 KiB report and a 96 KiB request fit the wire rules but not one relay frame.
+    asked = request(content="A" * (MAX_REQUEST_BYTES - 600))
+    value: dict[str, JsonValue] = report(Spec(evaluator=RUNNER, requester=requester(asked))).to_json()
+    value["meta"]["note"] = "x" * (MAX_REPORT_BYTES - len(canonical(value)) - 20)
+    big = signed(publication(canonical(value), request=asked))
+    assert len(big.content) > MAX_EVENT_MESSAGE_BYTES
+    read_publication(big)
+    with pytest.raises(ContractError) as caught:
+        check_relay_size(big)
+    assert caught.value.code is Code.TOO_LARGE

@@ -36,6 +36,8 @@ PROFILE_MARKER = "oa:ext-eval:v1"
 E_MARKERS = ("suite", "subject", "check", "validates", "transfer", "request")
 #: The inline signed request, serialised as compact JSON, is at most 96 KiB.
 MAX_REQUEST_BYTES = 98_304
+#: The largest `["EVENT", event]` frame the runner sends; the relay's own limit is 128 KiB.
+MAX_EVENT_MESSAGE_BYTES = 128_000
 
 _KEYS = ("v", "requires", "report", "subject", "supersedes", "meta")
 
@@ -280,6 +282,14 @@ def _check_tags(
     elif request is not None or people:
         raise _mismatch("tags", "only a hosted result names a requester")
     return links[0] if links else None
+
+
+def check_relay_size(event: Event) -> None:
+    """A publication the relay could not hold is a failed publish (`too_large`), not a refusal."""
+    frame = json.dumps(["EVENT", event.to_json()], ensure_ascii=False, separators=(",", ":"))
+    size = len(frame.encode("utf-8", "surrogatepass"))
+    if size > MAX_EVENT_MESSAGE_BYTES:
+        raise ContractError(Code.TOO_LARGE, "", "the result is too large for the relay to hold")
 
 
 def verified_trainer(result: Publication, requests: tuple[Event, ...] = ()) -> str:
