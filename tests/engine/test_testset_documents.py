@@ -14,7 +14,6 @@ from eval_runner.engine.suite_documents import (
     DEFAULT_ENGINE,
     case_manifest,
     case_release_files,
-    media_type,
     suite_documents,
 )
 from eval_runner.engine.testset import load_suite
@@ -155,21 +154,15 @@ def test_a_published_suite_reference_carries_its_release(evals: Path) -> None:
     assert documents.suite.to_json()["event"] == release.to_json()
 
 
-def test_release_files_list_every_case_file(evals: Path) -> None:
+def test_release_files_list_every_case_file_by_case_name_in_suite_order(evals: Path) -> None:
     listed = case_release_files(load_suite(evals))
     assert [path for path, _ in listed] == [
-        "evals/b-dir/fixtures/README.md",
-        "evals/b-dir/fixtures/src/lib.rs",
-        "evals/b-dir/graders/g.md",
-        "evals/b-dir/prompt.md",
-        "evals/z-dir/case.toml",
-        "evals/z-dir/graders/reply.md",
-        "evals/z-dir/prompt.md",
+        "evals/y-named/prompt.md",
+        "evals/y-named/graders/g.md",
+        "evals/y-named/fixtures/README.md",
+        "evals/y-named/fixtures/src/lib.rs",
+        "evals/a-named/prompt.md",
+        "evals/a-named/case.toml",
+        "evals/a-named/graders/reply.md",
     ]
-    assert dict(listed)["evals/z-dir/case.toml"] == (evals / "z-dir/case.toml").read_bytes()
-    assert [media_type(p) for p in ("a.md", "b.toml", "c.json", "d.rs")] == [
-        "text/markdown",
-        "application/toml",
-        "application/json",
-        "application/octet-stream",
-    ]
+    assert dict(listed)["evals/a-named/case.toml"] == (evals / "z-dir/case.toml").read_bytes()

@@ -14,32 +14,23 @@ What is not well specified, so this module takes it as input or marks it:
 * `environment.json`: the reference's default names the crate version (`ext-eval <version>`), which
   we do not know (runner.md open question 2): `engine` defaults to `DEFAULT_ENGINE`;
 * no fixture from a real release has been checked against these bytes yet.
-The case manifest shape is built here because no contract module builds it; entries are checked
-against wire.md §14.1 before the bytes are returned.
+The case manifest and `suite.json` are written by the contract builders (`contracts.case_manifest`,
+`contracts.suite`), which check them as a reader would before the bytes are returned.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import pairwise
 
-from eval_runner.contracts.case_id import is_case_id
-from eval_runner.contracts.refs import ArtifactRef, EventRef
-from eval_runner.contracts.strict_json import JsonValue, canonical, pretty
-from eval_runner.engine.frontmatter import CASE_SCHEMA, MAX_NAME_BYTES, TestSetError
-from eval_runner.engine.testset import (
-    CASE_FILE,
-    FIXTURES_DIR,
-    GRADERS_DIR,
-    MAX_FILE_BYTES,
-    MAX_FIXTURE_PATH_BYTES,
-    MAX_FIXTURES,
-    MAX_GRADERS,
-    PROMPT_FILE,
-    Case,
-    CaseKind,
-    Suite,
-)
+from eval_runner.contracts.case_manifest import CaseEntry
+from eval_runner.contracts.case_manifest import CaseFile as ManifestFile
+from eval_runner.contracts.case_manifest import case_manifest as build_case_manifest
+from eval_runner.contracts.errors import ContractError
+from eval_runner.contracts.refs import ArtifactRef, DefinitionRef, EventRef
+from eval_runner.contracts.strict_json import JsonValue, pretty
+from eval_runner.contracts.suite import Suite as SuiteDocument
+from eval_runner.engine.frontmatter import CASE_SCHEMA, TestSetError
+from eval_runner.engine.testset import CASE_FILE, FIXTURES_DIR, GRADERS_DIR, PROMPT_FILE, Case, CaseKind, Suite
 
 SUITE_SCHEMA = "openagents.eval-suite.v1"
 PARTITION_SCHEMA = "openagents.eval-partition.v1"
@@ -57,68 +48,39 @@ JSON_MEDIA, MARKDOWN_MEDIA, TOML_MEDIA, BYTES_MEDIA = (
 )
 #: The engine label `environment.json` names by default; the reference writes its crate version here.
 DEFAULT_ENGINE = "ext-eval 0.1.0"
-MAX_MANIFEST_CASES = 256
 
 
-def case_entry(case: Case) -> dict[str, JsonValue]:
+def case_entry(case: Case) -> CaseEntry:
     """One case of the manifest: its files by exact-byte reference (grader files only, by stem)."""
     config = case.files.case_toml
-    return {
-        "id": case.name,
-        "kind": case.kind.value,
-        "runs": case.runs,
-        "prompt": ArtifactRef.of_bytes(case.files.prompt, MARKDOWN_MEDIA, CASE_SCHEMA).to_json(),
-        "config": None if config is None else ArtifactRef.of_bytes(config, TOML_MEDIA, CASE_SCHEMA).to_json(),
-        "graders": [
-            {
-                "name": grader.name.removesuffix(".md"),
-                "artifact": ArtifactRef.of_bytes(grader.data, MARKDOWN_MEDIA, CASE_SCHEMA).to_json(),
-            }
+    return CaseEntry(
+        id=case.name,
+        kind=case.kind,
+        runs=case.runs,
+        prompt=ArtifactRef.of_bytes(case.files.prompt, MARKDOWN_MEDIA, CASE_SCHEMA),
+        config=None if config is None else ArtifactRef.of_bytes(config, TOML_MEDIA, CASE_SCHEMA),
+        graders=tuple(
+            ManifestFile(
+                grader.name.removesuffix(".md"), ArtifactRef.of_bytes(grader.data, MARKDOWN_MEDIA, CASE_SCHEMA)
+            )
             for grader in case.files.graders
-        ],
-        "fixtures": [
-            {"path": fixture.name, "artifact": ArtifactRef.of_bytes(fixture.data, BYTES_MEDIA).to_json()}
+        ),
+        fixtures=tuple(
+            ManifestFile(fixture.name, ArtifactRef.of_bytes(fixture.data, BYTES_MEDIA))
             for fixture in case.files.fixtures
-        ],
-    }
-
-
-def _check_entry(case: Case) -> None:
-    """The case manifest's rules (wire.md §14.1) for one case; the loader already holds them all, so
-    this only guards a suite assembled some other way."""
-
-    def fail(message: str) -> TestSetError:
-        return TestSetError(f"{case.path}/{PROMPT_FILE}", None, f"cannot enter the case manifest: {message}")
-
-    if not is_case_id(case.name):
-        raise fail(f"the case id `{case.name}` is not in the case-id grammar")
-    if len(case.files.graders) > MAX_GRADERS or len(case.files.fixtures) > MAX_FIXTURES:
-        raise fail("too many grader files or fixtures")
-    if not case.files.graders and case.files.case_toml is None:
-        raise fail("a case with no grader file needs a case.toml")
-    names = [grader.name.removesuffix(".md") for grader in case.files.graders]
-    if any(not is_case_id(name, MAX_NAME_BYTES) for name in names) or names != sorted(set(names)):
-        raise fail("grader file names must be unique case ids in increasing order")
-    paths = [fixture.name for fixture in case.files.fixtures]
-    if paths != sorted(set(paths)) or any(len(path.encode()) > MAX_FIXTURE_PATH_BYTES for path in paths):
-        raise fail("fixture paths must be unique, in increasing order, and at most 512 bytes")
-    sizes = [len(case.files.prompt), len(case.files.case_toml or b"")]
-    sizes += [len(item.data) for item in case.files.graders + case.files.fixtures]
-    if max(sizes) > MAX_FILE_BYTES:
-        raise fail("a case file is over 1 MiB")
+        ),
+    )
 
 
 def case_manifest(suite: Suite) -> bytes:
-    """`cases.json`: JCS bytes of `{v, requires: [], cases}` with the cases in name order."""
+    """`cases.json`: JCS bytes of `{v, requires: [], cases}` with the cases in name order, checked by
+    `contracts.case_manifest` as a reader would check them."""
     ordered = sorted(suite.cases, key=lambda case: case.name)
-    if not 1 <= len(ordered) <= MAX_MANIFEST_CASES:
-        raise TestSetError(str(suite.dir), None, f"a case manifest holds 1 to {MAX_MANIFEST_CASES} cases")
-    for earlier, later in pairwise(ordered):
-        if earlier.name == later.name:
-            raise TestSetError(f"{later.path}/{PROMPT_FILE}", "name", f"two cases are named `{later.name}`")
-    for case in ordered:
-        _check_entry(case)
-    return canonical({"v": CASE_SCHEMA, "requires": [], "cases": [case_entry(case) for case in ordered]})
+    try:
+        data, _ = build_case_manifest([case_entry(case) for case in ordered])
+    except ContractError as error:
+        raise TestSetError(str(suite.dir), None, f"the case manifest does not check: {error.detail}") from None
+    return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,45 +206,36 @@ def suite_documents(
         environment_schema if isinstance(environment_schema, str) else ENVIRONMENT_SCHEMA,
     )
     gate = ArtifactRef.of_bytes(gate_file, JSON_MEDIA, GATE_SCHEMA)
-    suite_ref = put(
-        "suite.json",
-        {
-            "v": SUITE_SCHEMA,
-            "requires": [],
-            "id": f"{author}:{package}/{component}",
-            "purpose": "operation",
-            "workload": workload.to_json(),
-            "cases": cases.to_json(),
-            "partition": partition.to_json(),
-            "labels": labels.to_json(),
-            "metrics": metrics.to_json(),
-            "acceptance": {"id": f"{author}:{GATE_COMPONENT}", "artifact": gate.to_json()},
-            "environment": environment_ref.to_json(),
-        },
-        SUITE_SCHEMA,
+    document = SuiteDocument(
+        id=f"{author}:{package}/{component}",
+        workload=workload,
+        cases=cases,
+        partition=partition,
+        labels=labels,
+        metrics=metrics,
+        acceptance=DefinitionRef(id=f"{author}:{GATE_COMPONENT}", artifact=gate),
+        environment=environment_ref,
     )
+    try:
+        suite_bytes, suite_ref = document.ref()
+    except ContractError as error:
+        raise TestSetError(str(suite.dir), None, f"the suite document does not check: {error.detail}") from None
+    files["suite.json"] = suite_bytes
     if suite_release is not None:
         suite_ref = ArtifactRef(suite_ref.digest, suite_ref.size, suite_ref.media_type, suite_ref.schema, suite_release)
     return SuiteDocuments(files=files, suite=suite_ref, cases=cases, partition=partition)
 
 
-def media_type(path: str) -> str:
-    """A release file's media type by extension (wire.md §14.2)."""
-    for suffix, media in ((".md", MARKDOWN_MEDIA), (".toml", TOML_MEDIA), (".json", JSON_MEDIA)):
-        if path.endswith(suffix):
-            return media
-    return BYTES_MEDIA
-
-
 def case_release_files(suite: Suite) -> list[tuple[str, bytes]]:
-    """Every case file a suite release lists, as (`evals/<case path>/<file>`, bytes), in path order:
-    `prompt.md`, `case.toml`, `graders/<file>.md` and `fixtures/<path>` (wire.md §14.2)."""
+    """Every case file a suite release lists, as (`evals/<case name>/<file>`, bytes), per case in suite
+    order: `prompt.md`, `case.toml` (if any), `graders/<file>.md`, `fixtures/<path>` (runner.md §16.1).
+    A release lists `suite.json` and `cases.json` before these."""
     out: list[tuple[str, bytes]] = []
     for case in suite.cases:
-        root = f"evals/{case.path}"
+        root = f"evals/{case.name}"
         out.append((f"{root}/{PROMPT_FILE}", case.files.prompt))
         if case.files.case_toml is not None:
             out.append((f"{root}/{CASE_FILE}", case.files.case_toml))
         out.extend((f"{root}/{GRADERS_DIR}/{grader.name}", grader.data) for grader in case.files.graders)
         out.extend((f"{root}/{FIXTURES_DIR}/{fixture.name}", fixture.data) for fixture in case.files.fixtures)
-    return sorted(out, key=lambda item: item[0])
+    return out

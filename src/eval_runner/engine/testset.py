@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_runner.contracts.case_id import is_case_id
+from eval_runner.contracts.ext_eval import CaseKind as CaseKind  # re-exported: a case's kind
 from eval_runner.engine.frontmatter import (
     CASE_SCHEMA,
     CASE_SCHEMA_PREFIX,
@@ -80,13 +81,6 @@ RUN_KEYS = ("prompt", "deadline_seconds", "door", "allowed_operations", "append_
 #: Directory names discovery never enters.
 SKIPPED = frozenset({".git", ".openagents", "node_modules", "results"})
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-class CaseKind(StrEnum):
-    """Whether the extension ought to act on the case."""
-
-    SHOULD_FIRE = "should-fire"
-    SHOULD_NOT_FIRE = "should-not-fire"
 
 
 class Operation(StrEnum):
