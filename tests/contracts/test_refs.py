@@ -58,7 +58,7 @@ def test_event_ref_kind_pinning_and_closed_shape() -> None:
         EventRef.parse({"id": HEX, "pubkey": HEX, "kind": 3189}, "s", kind=3184)
     with pytest.raises(ContractError) as caught:
         EventRef.parse({"id": HEX, "pubkey": HEX, "kind": 1, "coordinate": "1:x:y"}, "s")
-    assert caught.value.code is Code.MALFORMED
+    assert caught.value.code is Code.UNSUPPORTED_FEATURE
     assert caught.value.path == "s.coordinate"
     assert EventRef.parse({"id": HEX, "pubkey": HEX, "kind": 1, "coordinate": "1:x:y"}, "s", allow_coordinate=True)
 

@@ -1,5 +1,8 @@
 """References: EventRef, ArtifactRef and DefinitionRef (wire.md §4.3, contracts.md "References").
 
+Codes follow the reference (`crates/nostr` contracts): an unknown key is `unsupported_feature`;
+any other shape fault (a pointer of the wrong kind included) `malformed`.
+
 Each record keeps which optional keys were present, so re-serialising a parsed reference gives back
 the same JCS bytes: a digest over a reference must not change because we read and wrote it.
 """
@@ -31,7 +34,7 @@ class EventRef:
     @classmethod
     def parse(cls, value: JsonValue, path: str, *, kind: int | None = None, allow_coordinate: bool = False) -> EventRef:
         optional = ("coordinate",) if allow_coordinate else ()
-        found = shape.closed(value, path, ("id", "pubkey", "kind"), optional)
+        found = shape.closed(value, path, ("id", "pubkey", "kind"), optional, unknown=Code.UNSUPPORTED_FEATURE)
         event_kind = shape.integer(found["kind"], shape.at(path, "kind"), low=0, high=65535)
         if kind is not None and event_kind != kind:
             raise shape.fail(shape.at(path, "kind"), f"must be {kind}")
@@ -88,11 +91,17 @@ class ArtifactRef:
     @classmethod
     def parse(cls, value: JsonValue, path: str) -> ArtifactRef:
         found = shape.closed(
-            value, path, ("digest", "size", "media_type"), ("schema", "event", "sources"), unknown=Code.MALFORMED
+            value,
+            path,
+            ("digest", "size", "media_type"),
+            ("schema", "event", "sources"),
+            unknown=Code.UNSUPPORTED_FEATURE,
         )
         schema = None
         if "schema" in found:
-            schema = shape.string(found["schema"], shape.at(path, "schema"), min_bytes=1, max_bytes=MAX_SCHEMA_BYTES)
+            schema = shape.string(found["schema"], shape.at(path, "schema"), min_bytes=1)
+            if len(schema.encode("utf-8")) > MAX_SCHEMA_BYTES:
+                raise shape.fail(shape.at(path, "schema"), f"is longer than {MAX_SCHEMA_BYTES} bytes")
         event = None
         if "event" in found:
             event = EventRef.parse(found["event"], shape.at(path, "event"), allow_coordinate=True)
@@ -147,7 +156,7 @@ class DefinitionRef:
 
     @classmethod
     def parse(cls, value: JsonValue, path: str) -> DefinitionRef:
-        found = shape.closed(value, path, ("id", "artifact"), ("event",))
+        found = shape.closed(value, path, ("id", "artifact"), ("event",), unknown=Code.UNSUPPORTED_FEATURE)
         event = None
         if "event" in found:
             event = EventRef.parse(found["event"], shape.at(path, "event"))
