@@ -408,3 +408,15 @@ def test_a_grader_file_stem_outside_the_grammar_is_refused(tmp_path: Path) -> No
     error = refused(tmp_path, files)
     assert error.file == "c/graders/my grader.md"
     assert "named like a case" in error.message
+
+
+def test_a_fifo_in_place_of_a_case_file_is_refused_without_blocking(tmp_path: Path) -> None:
+    files = case()
+    del files["c/graders/g.md"]
+    write(tmp_path, files)
+    (tmp_path / "c/graders").mkdir()
+    os.mkfifo(tmp_path / "c/graders/g.md")
+    with pytest.raises(TestSetError) as caught:
+        load_suite(tmp_path)
+    assert caught.value.file == "c/graders/g.md"
+    assert "regular file" in caught.value.message

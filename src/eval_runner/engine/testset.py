@@ -226,7 +226,7 @@ class Suite:
 def _read_limited(path: Path, file: str) -> bytes | None:
     """A case file of at most 1 MiB, never through a link; `None` when it does not exist."""
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as error:
