@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -36,6 +37,7 @@ class Upstream:
     url: str
     seen: list[Seen] = field(default_factory=list)
     release: asyncio.Event = field(default_factory=asyncio.Event)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @pytest.fixture
@@ -55,6 +57,7 @@ async def upstream() -> AsyncIterator[Upstream]:
         for name, value in request.headers.items():
             headers.setdefault(name.lower(), []).append(value)
         state.seen.append(Seen(request.method, request.raw_path, headers, await request.read()))
+        state.arrived.set()
         if request.path.startswith("/status/"):
             return web.Response(status=int(request.path.rsplit("/", 1)[1]), text="refused")
         if request.path == "/stream":
@@ -296,3 +299,17 @@ def test_bad_settings_are_refused(short_dir: Path) -> None:
         DoorProxy("https://door", REAL_KEY, short_dir / ("x" * 120))
     with pytest.raises(DoorProxyError, match="already exists"):
         asyncio.run(DoorProxy("https://door", REAL_KEY, short_dir / "taken").start())
+
+
+async def test_close_does_not_wait_for_an_answer_still_in_flight(upstream: Upstream, short_dir: Path) -> None:
+    door = DoorProxy(upstream.url, REAL_KEY, short_dir / "d.sock")
+    await door.start()
+    async with client(door) as session:
+        pending = asyncio.ensure_future(session.get("http://door/stream", headers=bearer(door.token)))
+        await asyncio.wait_for(upstream.arrived.wait(), timeout=10)
+        # The upstream holds its answer open; the run is over and the proxy must close anyway.
+        await asyncio.wait_for(door.close(), timeout=10)
+        pending.cancel()
+        with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
+            answer = await pending
+            await answer.read()

@@ -37,6 +37,8 @@ TOO_LARGE = "the request body is larger than the door proxy forwards"
 UNREACHABLE = "the door did not answer"
 #: Seconds to open a connection to the door; an answer itself may take as long as the run's deadline.
 CONNECT_SECONDS = 30.0
+#: Seconds `close()` lets an answer still in flight finish; the run is over, so not aiohttp's 60.
+SHUTDOWN_SECONDS = 1.0
 
 _HOP_BY_HOP = frozenset(
     {
@@ -126,7 +128,7 @@ class DoorProxy:
             raise DoorProxyError(f"{self._socket_path} already exists")
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._forward)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_SECONDS)
         await runner.setup()
         session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_SECONDS),
@@ -147,10 +149,10 @@ class DoorProxy:
     async def close(self) -> None:
         runner, session = self._runner, self._session
         self._runner = self._session = None
+        if session is not None:
+            await session.close()  # first, so a handler still waiting on the door ends at once
         if runner is not None:
             await runner.cleanup()
-        if session is not None:
-            await session.close()
         try:
             if stat.S_ISSOCK(os.lstat(self._socket_path).st_mode):
                 os.unlink(self._socket_path)
