@@ -385,3 +385,9 @@ def test_parsing_does_not_depend_on_mutating_the_value() -> None:
     snapshot = copy.deepcopy(value)
     ExecuteBody.parse(value, expiration=EXPIRATION)
     assert value == snapshot
+
+
+@pytest.mark.parametrize("bad", [float("inf"), 2**53 + 1])
+def test_a_body_without_jcs_bytes_has_no_fingerprint_and_is_refused(bad: object) -> None:
+    # A strict reader never yields these; a caller building values by hand might.
+    assert refused(body(meta={"x": bad})).code is Code.MALFORMED

@@ -211,6 +211,8 @@ class ExecuteBody:
     meta: dict[str, JsonValue] | None = None
     #: The decrypted body as it arrived; the fingerprint is over it.
     raw: JsonValue = field(default=None, compare=False, repr=False)
+    #: `sha256:` of the JCS of `raw`, computed at parse as the reference does (so it always exists).
+    body_digest: str = field(default="", compare=False, repr=False)
 
     @property
     def binding(self) -> Binding:
@@ -227,6 +229,7 @@ class ExecuteBody:
         found = _opened(value, path)
         shape.literal(found.get("type"), shape.at(path, "type"), "execute")
         keys(found, path, EXECUTE_REQUIRED, EXECUTE_KEYS)
+        body_digest = digest_canonical(value)
         shape.empty_requires(found["requires"], shape.at(path, "requires"))
         deadline = _count(found["deadline"], shape.at(path, "deadline"))
         if _expiration(expiration, shape.at(path, "deadline")) != deadline:
@@ -258,6 +261,7 @@ class ExecuteBody:
             parent=parent,
             meta=_meta(found, path),
             raw=value,
+            body_digest=body_digest,
         )
 
     def to_json(self) -> dict[str, JsonValue]:
@@ -388,7 +392,7 @@ def open_body(plaintext: str | bytes, expiration_tag: str | None) -> ExecuteBody
 
 def fingerprint(body: ExecuteBody) -> str:
     """The idempotency fingerprint (§8.1): `sha256:` of the JCS of the whole decrypted body."""
-    return digest_canonical(body.raw if body.raw is not None else body.to_json())
+    return body.body_digest or digest_canonical(body.to_json())
 
 
 @dataclass(frozen=True, slots=True)
