@@ -173,6 +173,11 @@ def test_the_deadline_must_equal_the_expiration_tag(expiration: str | None) -> N
     assert (error.code, error.path) == (Code.MALFORMED, "deadline")
 
 
+def test_an_expiration_given_as_a_number_is_refused_not_crashed() -> None:
+    error = refused(body(), DEADLINE)  # type: ignore[arg-type]
+    assert (error.code, error.path) == (Code.MALFORMED, "deadline")
+
+
 @pytest.mark.parametrize("retain", [DEADLINE, DEADLINE - 1])
 def test_retention_must_outlast_the_deadline(retain: int) -> None:
     error = refused(body(retain_until=retain))

@@ -187,8 +187,8 @@ class Parent:
 def _expiration(tag: str | None, path: str) -> int:
     if tag is None:
         raise shape.fail(path, "the event carries no expiration tag to match")
-    if _UNIX.fullmatch(tag) is None:
-        raise shape.fail(path, f"the event's expiration tag {tag[:32]!r} is not Unix seconds")
+    if not isinstance(tag, str) or _UNIX.fullmatch(tag) is None:
+        raise shape.fail(path, f"the event's expiration tag {str(tag)[:32]!r} is not Unix seconds")
     return int(tag)
 
 
