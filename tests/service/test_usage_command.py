@@ -1,0 +1,115 @@
+"""`eval-runner usage` (runner.md §3.5): flags, default directory, table and JSON output, the unreadable
+count on stderr, and every error's message and exit code."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from eval_runner.service.usage import Record, UsageLog, usage_main
+
+DAY_ONE = 1_790_812_800_000  # 2026-10-01T00:00:00Z
+
+
+def run(argv: list[str], environ: dict[str, str] | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = usage_main(argv, stdout=out, stderr=err, environ=environ or {})
+    return code, out.getvalue(), err.getvalue()
+
+
+def record(key: str, day: int, action: str, outcome: str, ms: int, code: str | None = None) -> Record:
+    base = Record.arrived(key=key, request="e", bytes_in=10, arrival_ms=DAY_ONE + day * 86_400_000, outcome=outcome)
+    return replace(base, action=action, subject="tool", turns=4, total_ms=ms, code=code)
+
+
+@pytest.fixture
+def usage_dir(tmp_path: Path) -> Path:
+    log = UsageLog(tmp_path / "state" / "usage")
+    log.append(record("alice", 0, "run", "completed", 100))
+    log.append(record("alice", 1, "run", "completed", 300))
+    log.append(record("bob", 1, "publish", "refused", 2, code="not_admitted"))
+    return log.directory
+
+
+def test_by_day_from_the_state_directory_by_default(usage_dir: Path) -> None:
+    code, out, err = run([], {"EVAL_RUNNER_STATE": str(usage_dir.parent), "HOME": "/nowhere"})
+    assert (code, err) == (0, "")
+    assert out == (
+        "day         jobs  completed  failed  refused  keys  turns  total_p50_ms\n"
+        "2026-10-01     1          1       0        0     1      4           100\n"
+        "2026-10-02     2          1       0        1     2      4           300\n"
+        "all            3          2       0        1     2      8           300\n"
+    )
+
+
+def test_without_a_state_directory_the_home_one_is_read(tmp_path: Path) -> None:
+    UsageLog(tmp_path / ".openagents" / "eval-runner" / "usage").append(record("a", 0, "run", "completed", 1))
+    code, out, _ = run(["--by", "key"], {"HOME": str(tmp_path)})
+    assert code == 0
+    assert out.splitlines()[1].split() == ["a", "1", "1", "0", "0", "1", "4", "1"]
+
+
+def test_flags_together(usage_dir: Path) -> None:
+    code, out, err = run(["--json", "--by", "outcome", "--since", "2026-10-02", "--dir", str(usage_dir)])
+    assert (code, err) == (0, "")
+    assert out.endswith("]\n")
+    rows = json.loads(out)
+    # Equal jobs: by group name, so `completed` comes before `refused not_admitted`.
+    assert [row["group"] for row in rows] == ["completed", "refused not_admitted", "all"]
+    assert rows[1] == {
+        "group": "refused not_admitted",
+        "jobs": 1,
+        "completed": 0,
+        "failed": 0,
+        "refused": 1,
+        "keys": 1,
+        "turns": 0,
+        "total_p50_ms": None,
+    }
+    assert rows[0]["total_p50_ms"] == 300
+    assert (rows[2]["jobs"], rows[2]["keys"], rows[2]["turns"]) == (2, 2, 4)
+
+
+@pytest.mark.parametrize("word", ["key", "action", "subject", "day", "outcome"])
+def test_every_by_word_heads_the_table(usage_dir: Path, word: str) -> None:
+    code, out, _ = run(["--by", word, "--dir", str(usage_dir)])
+    assert code == 0
+    assert out.split(" ", 1)[0] == word
+    assert out.splitlines()[-1].startswith("all ")
+
+
+def test_unreadable_lines_are_reported_on_stderr(usage_dir: Path) -> None:
+    with (usage_dir / "2026-10-02.jsonl").open("a") as day:
+        day.write("{broken\nnot a record\n\n")
+    code, out, err = run(["--dir", str(usage_dir)])
+    assert code == 0
+    assert out.splitlines()[-1].split()[:2] == ["all", "3"]
+    assert err == "2 lines did not read as records\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--since", "yesterday"], "yesterday is not a YYYY-MM-DD date"),
+        (["--since", "2026-1-01"], "2026-1-01 is not a YYYY-MM-DD date"),
+        (["--by", "color"], "--by is key, action, subject, day, or outcome, not color"),
+        (["--since"], "--since needs a value"),
+        (["--by"], "--by needs a value"),
+        (["--json", "--dir"], "--dir needs a value"),
+        (["--verbose"], "usage: unknown argument --verbose"),
+        (["--json", "extra"], "usage: unknown argument extra"),
+        (["--by", "color", "--since"], "--by is key, action, subject, day, or outcome, not color"),
+    ],
+)
+def test_errors_exit_one_with_the_message(argv: list[str], message: str) -> None:
+    # Arguments and `--since` are checked before the directory is looked at.
+    assert run(argv, {"EVAL_RUNNER_STATE": "/nonexistent"}) == (1, "", f"eval-runner: {message}\n")
+
+
+def test_an_unreadable_directory_exits_one(tmp_path: Path) -> None:
+    missing = tmp_path / "none"
+    assert run(["--dir", str(missing)]) == (1, "", f"eval-runner: {missing}: No such file or directory (os error 2)\n")
