@@ -9,6 +9,7 @@ from typing import Literal
 from hypothesis import given
 from hypothesis import strategies as st
 
+from eval_runner.service.config import WHITE_SPACE
 from eval_runner.service.usage import By, Record, parse_record, read_lines, stats
 
 NO_SURROGATES: tuple[Literal["Cs"]] = ("Cs",)
@@ -47,6 +48,15 @@ JSONISH = st.recursive(
 def test_any_text_parses_or_is_refused(line: str) -> None:
     record = parse_record(line)
     assert record is None or isinstance(record, Record)
+
+
+@given(st.lists(st.text().map(lambda text: text.replace("\n", "")), max_size=8))
+def test_lines_that_are_not_records_are_counted_unreadable(lines: list[str]) -> None:
+    body = "\n".join(lines).encode("utf-8", "surrogatepass")
+    records, unreadable = read_lines(body)
+    written = [line.removesuffix("\r") for line in lines]
+    assert len(records) + unreadable == sum(1 for line in written if line.strip(WHITE_SPACE))
+    assert unreadable >= sum(1 for line in written if line.strip(WHITE_SPACE) and not line.lstrip().startswith("{"))
 
 
 @given(st.binary())
