@@ -1,4 +1,4 @@
-"""The execution ledger on a real SQLite file: every reservation rule, each phase, results, controls and jobs.
+"""The execution ledger on a real SQLite file: every reservation rule, each phase, results, controls, opening.
 
 The builders at the top are shared with `test_ledger_jobs`, `test_ledger_durability` (whose child processes
 import them) and `test_ledger_properties`.
