@@ -232,6 +232,20 @@ def request(runner: str, text: str, created_at: int | None = None, phone: Secret
     return sign(secret, REQUEST_KIND, [["p", runner]], text, when)
 
 
+def frame_text(event: Event) -> str:
+    """The EVENT message for `event`, written independently of the code under test."""
+    return json.dumps(["EVENT", event.to_json()], ensure_ascii=False, separators=(",", ":"))
+
+
+def sized_event(secret: SecretKey, frame_bytes: int) -> Event:
+    """A kind 1 event whose EVENT message is exactly `frame_bytes` bytes long."""
+    base = sign(secret, 1, [], "", 1_700_000_000)
+    filler = frame_bytes - len(frame_text(base).encode())
+    event = sign(secret, 1, [], "x" * filler, 1_700_000_000)
+    assert len(frame_text(event).encode()) == frame_bytes
+    return event
+
+
 def unused_port_url() -> str:
     """A loopback ws:// URL where nothing listens (connections are refused at once)."""
     with socket.socket() as probe:

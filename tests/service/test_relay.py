@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 
 import pytest
 
@@ -21,24 +20,18 @@ from eval_runner.service.relay import (
     RelayError,
     event_frame,
 )
-from tests.service.stand_in_relay import StandInRelay, local_relay, stored_filter, unused_port_url
+from tests.service.stand_in_relay import (
+    StandInRelay,
+    frame_text,
+    local_relay,
+    sized_event,
+    stored_filter,
+    unused_port_url,
+)
 
 
 def note(secret: SecretKey, text: str, kind: int = 1, tags: list[list[str]] | None = None) -> Event:
     return sign(secret, kind, tags or [], text, 1_700_000_000)
-
-
-def sized(secret: SecretKey, frame_bytes: int) -> Event:
-    """An event whose EVENT message is exactly `frame_bytes` long."""
-    base = note(secret, "")
-    filler = frame_bytes - len(event_frame_unchecked(base).encode())
-    event = note(secret, "x" * filler)
-    assert len(event_frame_unchecked(event).encode()) == frame_bytes
-    return event
-
-
-def event_frame_unchecked(event: Event) -> str:
-    return json.dumps(["EVENT", event.to_json()], ensure_ascii=False, separators=(",", ":"))
 
 
 def forged(event: Event) -> Event:
@@ -186,14 +179,14 @@ async def test_a_closed_query_is_an_error_naming_the_relays_message() -> None:
 
 def test_the_event_message_cap_is_128000_bytes_of_the_exact_text() -> None:
     secret = SecretKey.generate()
-    at_cap = sized(secret, MAX_MESSAGE_BYTES)
+    at_cap = sized_event(secret, MAX_MESSAGE_BYTES)
     assert len(event_frame(at_cap).encode()) == 128_000
     with pytest.raises(RelayError) as caught:
-        event_frame(sized(secret, MAX_MESSAGE_BYTES + 1))
+        event_frame(sized_event(secret, MAX_MESSAGE_BYTES + 1))
     assert caught.value.code == "too_large"
     # Multi-byte characters count as bytes, not characters.
     wide = note(secret, "é" * 64_000)
-    assert len(event_frame_unchecked(wide)) < 128_000 < len(event_frame_unchecked(wide).encode())
+    assert len(frame_text(wide)) < 128_000 < len(frame_text(wide).encode())
     with pytest.raises(RelayError):
         event_frame(wide)
 
@@ -203,11 +196,11 @@ async def test_an_oversize_event_is_refused_before_any_connection() -> None:
     async with StandInRelay() as relay:
         client = RelayClient(relay.url, secret)
         with pytest.raises(RelayError) as caught:
-            await client.publish(sized(secret, MAX_MESSAGE_BYTES + 1))
+            await client.publish(sized_event(secret, MAX_MESSAGE_BYTES + 1))
         assert caught.value.code == "too_large"
         assert relay.connections == []
 
-        at_cap = sized(secret, MAX_MESSAGE_BYTES)
+        at_cap = sized_event(secret, MAX_MESSAGE_BYTES)
         publishing = asyncio.create_task(client.publish(at_cap))
         connection = await relay.accept()
         await connection.authenticate(secret.public_key().to_hex())

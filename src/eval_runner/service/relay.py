@@ -151,7 +151,7 @@ class RelayConnection:
                 close_timeout=CLOSE_BOUND,
                 max_size=MAX_INCOMING_BYTES,
             )
-        except (OSError, websockets.InvalidHandshake, websockets.InvalidURI) as error:
+        except (OSError, websockets.WebSocketException) as error:
             raise RelayError("unreachable", f"cannot reach the relay: {error}") from None
         connection = cls(url, secret, ws)
         try:
