@@ -1,0 +1,633 @@
+"""Confinement for one agent run: bubblewrap, resource limits and the door bridge, and the probe that proves it.
+
+The agent is untrusted code (the subject arm runs an extension someone else wrote), so each run starts
+`bwrap` with its own user, PID, network, IPC, UTS and cgroup namespaces as uid 65534 with every
+capability dropped, `--disable-userns`, `--new-session`, `--die-with-parent` and `--clearenv`
+(ecosystem.md §5). Its first process is our door bridge (`engine/bridge.py`, pid 1), which opens the
+run's doors inside, sets the resource limits on the agent alone, starts it and reports how it ended.
+
+Where we differ from the reference's boundary (runner.md §13.5), on purpose:
+
+* **The network is off.** The reference leaves it open on Linux because an unshared network namespace
+  would hide its loopback door proxy. Ours needs no host network: the proxy listens on a Unix socket
+  inside the run directory, which is visible in the sandbox, and the bridge offers it at
+  `http://127.0.0.1:<port>` on the sandbox's own loopback. The agent's only way out is its doors
+  (policy word `door-only`).
+* **Reads are an allowlist, not `--ro-bind / /`.** Run as root, the sandbox's uid 65534 would map to
+  real root, and every root-owned file that is visible (the runner's key file, `/etc/shadow`, mode 0600
+  or not) would be the sandbox user's to read. So only `/usr` (with the merged-usr links), `/nix/store`
+  on NixOS, a few public files of `/etc`, generated `/etc/passwd`, `/etc/group` and `/etc/hosts`, the
+  agent (and a script's interpreter) at its own path and the run directory are visible; the state
+  directory, `/root`, `/home` and `/work` never are. `/`, `/dev` and the run directory are read-only
+  except the writable parts runner.md §13.5 names.
+* **A root runner drops to uid 65534 outside too** before it starts bwrap. The kernel exempts a
+  process whose real uid is root from `RLIMIT_NPROC` even inside a user namespace, so without the drop
+  a fork bomb is not contained; with it the limit is counted per sandbox (per user namespace), so
+  concurrent runs do not share one budget. The writable run directories are then owned by 65534, and
+  bind sources must be reachable by it (the temp root and the agent's directories must be
+  world-searchable; the probe checks the temp root).
+* **Resource limits** (bwrap has none): address space, processes, open files, file size and CPU time
+  (the deadline plus a margin), set by the bridge on the agent only; core dumps are off.
+
+`probe()` runs a tiny command in exactly this shape once at start and returns `Confinement` or
+`Unconfined(reason)`; a host that cannot confine gets `errored(unconfined_host)` for every run and never
+runs anything unconfined. `run_confined()` is the one place a sandbox starts: it waits for the agent,
+the deadline or a cancel, stops the sandbox (SIGTERM through the bridge, `GRACE_SECONDS`, SIGKILL) and
+returns only once every process of it is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.resources
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+#: Where the backend may be installed (runner.md §13.5), first found wins.
+BWRAP_PATHS = ("/usr/bin/bwrap", "/run/current-system/sw/bin/bwrap")
+#: The sandbox's uid and gid inside, and outside when the runner is root.
+SANDBOX_UID = SANDBOX_GID = 65534
+SANDBOX_USER = "eval"
+#: The network policy word recorded in each arm's run configuration.
+NETWORK_POLICY = "door-only"
+#: SIGTERM → this many seconds → SIGKILL (runner.md §22).
+GRACE_SECONDS = 2.0
+#: How long a stopped sandbox may take to be gone before it is SIGKILLed again.
+_GONE_SECONDS = 5.0
+
+_SYSTEM_DIRS = ("/usr", "/nix/store", "/run/current-system/sw")
+_TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/protocols",
+    "/etc/services",
+    "/etc/mime.types",
+    "/etc/alternatives",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ca-certificates",
+    "/etc/pki/tls/certs",
+    "/etc/pki/ca-trust",
+)
+_PYTHON_PATHS = ("/usr/bin/python3",)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-run resource limits, applied to the agent and everything it starts."""
+
+    address_space: int = 4 << 30
+    processes: int = 256
+    open_files: int = 1024
+    file_size: int = 64 << 20
+    #: CPU seconds beyond the run's deadline before SIGXCPU (and SIGKILL 5 s later).
+    cpu_margin_seconds: int = 30
+
+    def bridge_options(self, deadline_seconds: float) -> list[str]:
+        cpu = math.ceil(deadline_seconds) + self.cpu_margin_seconds
+        return [
+            f"limit:as={self.address_space}:{self.address_space}",
+            f"limit:nproc={self.processes}:{self.processes}",
+            f"limit:nofile={self.open_files}:{self.open_files}",
+            f"limit:fsize={self.file_size}:{self.file_size}",
+            f"limit:cpu={cpu}:{cpu + 5}",
+            "limit:core=0:0",
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Confinement:
+    """A host that can confine runs, and the shape every sandbox on it takes."""
+
+    bwrap: str
+    #: The bridge's interpreter, visible inside the sandbox.
+    python: str
+    #: The uid/gid the sandbox runs as on the host: 65534 when the runner is root, else None (its own).
+    outside_uid: int | None
+    outside_gid: int | None
+    #: Host paths bound read-only at the same path, and `(target, link)` symlinks at the top level.
+    read_only: tuple[str, ...]
+    links: tuple[tuple[str, str], ...]
+    network_policy: str = NETWORK_POLICY
+
+    @property
+    def backend(self) -> str:
+        """The confinement word recorded in each arm's run configuration: the backend's path."""
+        return self.bwrap
+
+    def owner(self) -> tuple[int, int] | None:
+        """Who must own what the sandbox writes, when that is not the runner itself."""
+        if self.outside_uid is None or self.outside_gid is None:
+            return None
+        return self.outside_uid, self.outside_gid
+
+
+@dataclass(frozen=True, slots=True)
+class Unconfined:
+    """A host that cannot confine runs, and why."""
+
+    reason: str
+
+
+class Stop(StrEnum):
+    """Why the sandbox ended."""
+
+    EXITED = "exited"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One sandboxed command: the run directory (read-only inside, same path), its writable parts, extra
+    read-only paths, doors as `(port inside, socket path)`, the environment (the only one it gets)."""
+
+    root: Path
+    command: tuple[str, ...]
+    cwd: Path
+    stdout: Path
+    stderr: Path
+    home: Path
+    writable: tuple[Path, ...] = ()
+    read_only: tuple[Path, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    doors: tuple[tuple[int, Path], ...] = ()
+    deadline_seconds: float = 300.0
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a sandbox ended. `status` is the bridge's report: `exit <code>`, `signal <n>`, `nostart <why>`
+    (the agent could not be executed), `broken <why>` (the bridge could not start), or None when the
+    sandbox never got that far or was killed first (bubblewrap's own message is then in `stderr`)."""
+
+    stop: Stop
+    seconds: float
+    status: str | None
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def exit_code(self) -> int | None:
+        word, _, value = (self.status or "").partition(" ")
+        return int(value) if word == "exit" else None
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that ended the agent's own process, if one did."""
+        word, _, value = (self.status or "").partition(" ")
+        return int(value) if word == "signal" else None
+
+    @property
+    def agent_started(self) -> bool:
+        return self.exit_code is not None or self.signal is not None
+
+
+# --------------------------------------------------------------------------------------------------
+# The host's shape and the probe
+
+
+def host_shape(bwrap: str | None = None) -> Confinement | Unconfined:
+    """What this host offers a sandbox, without starting one (see `probe`)."""
+    if not sys.platform.startswith("linux"):
+        return Unconfined(f"no sandbox backend on {sys.platform}")
+    candidates = (bwrap,) if bwrap is not None else BWRAP_PATHS
+    found = next((path for path in candidates if os.access(path, os.X_OK)), None)
+    if found is None:
+        return Unconfined(f"{candidates[0]} is not installed")
+    read_only = [path for path in _SYSTEM_DIRS if os.path.isdir(path)]
+    links: list[tuple[str, str]] = []
+    for path in _TOP_LINKS:
+        if os.path.islink(path):
+            links.append((os.readlink(path), path))
+        elif os.path.isdir(path):
+            read_only.append(path)
+    read_only += [path for path in _ETC_FILES if os.path.lexists(path)]
+    python = next((path for path in _PYTHON_PATHS if os.access(path, os.X_OK)), None)
+    if python is None:
+        python = os.path.realpath(sys.executable)
+        prefix = os.path.realpath(sys.base_prefix)
+        if not _under(python, read_only):
+            read_only.append(prefix)
+    root = os.geteuid() == 0
+    return Confinement(
+        bwrap=found,
+        python=python,
+        outside_uid=SANDBOX_UID if root else None,
+        outside_gid=SANDBOX_GID if root else None,
+        read_only=tuple(read_only),
+        links=tuple(links),
+    )
+
+
+async def probe(temp_root: Path, *, bwrap: str | None = None) -> Confinement | Unconfined:
+    """Start one sandbox in the exact shape runs take, under `temp_root`, and check from inside that it
+    holds: uid 65534 without capabilities, only a loopback of its own, a read-only root, a writable run
+    directory, and a working door bridge. Anything else → `Unconfined`."""
+    shape = host_shape(bwrap)
+    if isinstance(shape, Unconfined):
+        return shape
+    try:
+        root = Path(tempfile.mkdtemp(prefix="oa-probe-", dir=temp_root)).resolve()
+    except OSError as exc:
+        return Unconfined(f"cannot make a sandbox directory in {temp_root}: {exc.strerror}")
+    host = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server: asyncio.AbstractServer | None = None
+    try:
+        os.chmod(root, 0o755)  # noqa: S103 - the sandbox user must reach its run directory
+        out, door = root / "out", root / "door"
+        out.mkdir(mode=0o700)
+        door.mkdir(mode=0o755)
+        if (owner := shape.owner()) is not None:
+            os.chown(out, *owner)
+        host.bind(("127.0.0.1", 0))
+        host.listen()
+        socket_path = door / "probe"
+        server = await asyncio.start_unix_server(_answer_probe, path=str(socket_path))
+        os.chmod(socket_path, 0o666)  # noqa: S103 - the sandbox's uid connects; the directory is the run's
+        door_port = 8400
+        launch = Launch(
+            root=root,
+            command=(shape.python, "-I", "-S", "-c", _PROBE, str(host.getsockname()[1]), str(door_port), str(out)),
+            cwd=root,
+            stdout=out / "stdout",
+            stderr=out / "stderr",
+            home=root,
+            writable=(out,),
+            doors=((door_port, socket_path),),
+            deadline_seconds=30.0,
+        )
+        ended = await run_confined(shape, launch, cancel=asyncio.Event())
+    except OSError as exc:
+        return Unconfined(f"bubblewrap is inoperable: {exc}")
+    finally:
+        host.close()
+        if server is not None:
+            server.close()
+        shutil.rmtree(root, ignore_errors=True)
+    if ended.stop is Stop.EXITED and ended.exit_code == 0 and ended.stdout == b"confined\n":
+        return shape
+    said = (ended.stdout or ended.stderr).decode("utf-8", "replace").strip().splitlines()
+    return Unconfined(f"bubblewrap is inoperable: {said[-1] if said else ended.status or 'no answer'}")
+
+
+async def _answer_probe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(b"door\n")
+    with contextlib.suppress(OSError):
+        await writer.drain()
+    writer.close()
+
+
+# Runs inside the probe sandbox as its "agent": stdlib C modules only, prints `confined` or the faults.
+_PROBE = r"""
+import os, sys, _socket
+host_port, door_port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+faults = []
+status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
+if status.get("CapEff") != "0000000000000000":
+    faults.append("capabilities are not dropped")
+if status.get("NoNewPrivs") != "1":
+    faults.append("no_new_privs is not set")
+if os.getuid() != 65534:
+    faults.append("the sandbox user is not 65534")
+links = [line.split(":")[0].strip() for line in open("/proc/net/dev").read().splitlines()[2:]]
+if links != ["lo"]:
+    faults.append("the network is not off: " + " ".join(links))
+s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+s.settimeout(5)
+try:
+    s.connect(("127.0.0.1", host_port))
+    faults.append("a host port answered")
+except OSError:
+    pass
+s.close()
+for path in ("/probe", "/usr/probe", "/dev/probe"):
+    try:
+        open(path, "x").close()
+        faults.append(path + " is writable")
+    except OSError:
+        pass
+try:
+    open(out + "/probe", "x").close()
+except OSError as exc:
+    faults.append("the run directory is not writable: " + str(exc.strerror))
+try:
+    d = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    d.settimeout(5)
+    d.connect(("127.0.0.1", door_port))
+    reply = d.recv(16)
+    d.close()
+    if reply != b"door\n":
+        faults.append("the door bridge relayed " + repr(reply))
+except OSError as exc:
+    faults.append("the door bridge failed: " + str(exc))
+print("; ".join(faults) or "confined")
+"""
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+# --------------------------------------------------------------------------------------------------
+# One sandbox
+
+
+@cache
+def bridge_source() -> str:
+    """The bridge's source, passed to the interpreter with `-c` (nothing to make readable inside)."""
+    return importlib.resources.files("eval_runner.engine").joinpath("bridge.py").read_text(encoding="utf-8")
+
+
+async def run_confined(
+    confinement: Confinement, launch: Launch, *, cancel: asyncio.Event, grace: float = GRACE_SECONDS
+) -> Ended:
+    """Start `launch` in a sandbox and wait for its end: the agent's exit, the deadline, or `cancel`.
+    A stop sends SIGTERM to everything inside (through the bridge), waits `grace` seconds, then
+    SIGKILLs the sandbox. Returns once no process of it is left; a caller cancelling this coroutine
+    gets the sandbox SIGKILLed before the cancellation goes on."""
+    with contextlib.ExitStack() as held:
+
+        def hold(fd: int) -> int:
+            held.callback(os.close, fd)
+            return fd
+
+        status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        hold(status_r)
+        info_r, info_w = os.pipe2(os.O_CLOEXEC)
+        pid1 = _Pid1(info_r)
+        held.callback(pid1.close)
+        stdout = hold(_open_output(launch.stdout))
+        stderr = hold(_open_output(launch.stderr))
+        # Descriptors only the sandbox keeps: closed here as soon as it has them.
+        with contextlib.ExitStack() as passed_on:
+            passed = [status_w, info_w]
+
+            def close_passed() -> None:
+                for fd in passed:
+                    os.close(fd)
+
+            passed_on.callback(close_passed)
+            args_fd = _options_file(confinement, launch, info_w, passed)
+            argv = [
+                confinement.bwrap,
+                "--args",
+                str(args_fd),
+                "--",
+                confinement.python,
+                "-I",
+                "-S",
+                "-c",
+                bridge_source(),
+                str(status_w),
+                *launch.limits.bridge_options(launch.deadline_seconds),
+                *(f"door:{port}={path}" for port, path in launch.doors),
+                "--",
+                *launch.command,
+            ]
+            started = time.monotonic()
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    pass_fds=passed,
+                    start_new_session=True,
+                    env={},
+                    **_identity(confinement),
+                )
+            except OSError as exc:
+                os.write(stderr, f"eval-runner: cannot start {confinement.bwrap}: {exc.strerror}\n".encode())
+                return Ended(Stop.EXITED, 0.0, None, b"", _read_back(stderr, launch.limits))
+        pid1.watch()
+        stop = await _wait_or_stop(process, pid1, launch.deadline_seconds, cancel, grace)
+        seconds = time.monotonic() - started
+        await pid1.gone()
+        return Ended(
+            stop, seconds, _read_status(status_r), _read_back(stdout, launch.limits), _read_back(stderr, launch.limits)
+        )
+
+
+async def _wait_or_stop(
+    process: asyncio.subprocess.Process, pid1: _Pid1, deadline: float, cancel: asyncio.Event, grace: float
+) -> Stop:
+    exited = asyncio.ensure_future(process.wait())
+    cancelled = asyncio.ensure_future(cancel.wait())
+    try:
+        done, _ = await asyncio.wait({exited, cancelled}, timeout=deadline, return_when=asyncio.FIRST_COMPLETED)
+        stop = Stop.EXITED if exited in done else Stop.CANCELLED if cancelled in done else Stop.TIMEOUT
+        if stop is not Stop.EXITED:
+            if not pid1.send(signal.SIGTERM):
+                _kill_group(process, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(exited), grace)
+            except TimeoutError:
+                _kill(process, pid1)
+                await exited
+        return stop
+    except BaseException:
+        # Our caller gave up on the run (or something broke): the sandbox must not outlive this call.
+        _kill(process, pid1)
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(exited), _GONE_SECONDS)
+            await pid1.gone()
+        raise
+    finally:
+        cancelled.cancel()
+
+
+def _kill(process: asyncio.subprocess.Process, pid1: _Pid1) -> None:
+    """SIGKILL the sandbox: bubblewrap's group outside and pid 1 inside (whose end ends the namespace)."""
+    _kill_group(process, signal.SIGKILL)
+    pid1.send(signal.SIGKILL)
+
+
+def _kill_group(process: asyncio.subprocess.Process, signum: int) -> bool:
+    if process.returncode is not None:
+        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)
+    return True
+
+
+class _Pid1:
+    """The sandbox's pid 1 (the bridge), learnt from bubblewrap's `--info-fd` and held as a pidfd, so
+    signals reach the right process and the runner can wait until the PID namespace is gone."""
+
+    def __init__(self, info_fd: int) -> None:
+        self._info = info_fd
+        self._text = b""
+        self._watching = False
+        self.pidfd: int | None = None
+
+    def watch(self) -> None:
+        os.set_blocking(self._info, False)
+        asyncio.get_running_loop().add_reader(self._info, self._read)
+        self._watching = True
+
+    def _read(self) -> None:
+        try:
+            chunk = os.read(self._info, 4096)
+        except BlockingIOError:
+            return
+        self._text += chunk
+        try:
+            pid = json.loads(self._text)["child-pid"]
+        except (ValueError, KeyError, TypeError):
+            if chunk:
+                return
+            pid = None
+        self._unwatch()
+        if isinstance(pid, int) and self.pidfd is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.pidfd = os.pidfd_open(pid)
+
+    def _unwatch(self) -> None:
+        if self._watching:
+            asyncio.get_running_loop().remove_reader(self._info)
+            self._watching = False
+
+    def send(self, signum: int) -> bool:
+        if self._watching:
+            self._read()
+        if self.pidfd is None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, signum)
+        return True
+
+    async def gone(self) -> None:
+        """Wait until pid 1 has exited (the kernel has then killed everything else inside)."""
+        if self._watching:
+            self._read()
+        if self.pidfd is None:
+            return
+        loop = asyncio.get_running_loop()
+        for attempt in range(2):
+            done: asyncio.Future[None] = loop.create_future()
+
+            def readable(done: asyncio.Future[None] = done) -> None:
+                if not done.done():
+                    done.set_result(None)
+
+            loop.add_reader(self.pidfd, readable)
+            try:
+                await asyncio.wait_for(done, _GONE_SECONDS)
+                return
+            except TimeoutError:
+                if attempt == 0:
+                    self.send(signal.SIGKILL)
+            finally:
+                loop.remove_reader(self.pidfd)
+
+    def close(self) -> None:
+        self._unwatch()
+        os.close(self._info)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def _identity(confinement: Confinement) -> dict[str, Any]:
+    owner = confinement.owner()
+    if owner is None:
+        return {}
+    return {"user": owner[0], "group": owner[1], "extra_groups": []}
+
+
+def _options_file(confinement: Confinement, launch: Launch, info_fd: int, passed: list[int]) -> int:
+    """bubblewrap's options in a memfd (`--args FD`): the environment, which holds the run's door token,
+    never appears in a command line another host process could read. Every descriptor made here is
+    appended to `passed`."""
+
+    def data(content: str) -> str:
+        fd = _memfd(content.encode())
+        passed.append(fd)
+        return str(fd)
+
+    ns = str(SANDBOX_UID)
+    options = ["--unshare-all", "--unshare-user", "--uid", ns, "--gid", str(SANDBOX_GID), "--disable-userns"]
+    options += ["--hostname", SANDBOX_USER, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    options += ["--as-pid-1", "--clearenv"]
+    for path in confinement.read_only:
+        options += ["--ro-bind-try", path, path]
+    for target, link in confinement.links:
+        options += ["--symlink", target, link]
+    passwd = f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_GID}:{SANDBOX_USER}:{launch.home}:/bin/sh\n"
+    options += ["--ro-bind-data", data(passwd), "/etc/passwd"]
+    options += ["--ro-bind-data", data(f"{SANDBOX_USER}:x:{SANDBOX_GID}:\n"), "/etc/group"]
+    options += ["--ro-bind-data", data("127.0.0.1\tlocalhost\n::1\tlocalhost\n"), "/etc/hosts"]
+    options += ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc"]
+    # Extra read-only paths before the run directory, so a wide one can never cover its writable parts.
+    for extra in launch.read_only:
+        options += ["--ro-bind", str(extra), str(extra)]
+    options += ["--ro-bind", str(launch.root), str(launch.root)]
+    for writable in launch.writable:
+        options += ["--bind", str(writable), str(writable)]
+    options += ["--remount-ro", "/", "--chdir", str(launch.cwd), "--info-fd", str(info_fd)]
+    for key, value in launch.env:
+        options += ["--setenv", key, value]
+    args_fd = _memfd(b"".join(option.encode() + b"\0" for option in options))
+    passed.append(args_fd)
+    return args_fd
+
+
+def _memfd(content: bytes) -> int:
+    fd = os.memfd_create("eval-runner", os.MFD_CLOEXEC)
+    view = memoryview(content)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _open_output(path: Path) -> int:
+    """The runner's own descriptor for an output file: what the agent does to the path later (replace
+    it with a link, say) never changes what is read back."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def _read_back(fd: int, limits: Limits) -> bytes:
+    size = min(os.fstat(fd).st_size, limits.file_size + (1 << 16))
+    parts: list[bytes] = []
+    offset = 0
+    while offset < size:
+        chunk = os.pread(fd, min(size - offset, 1 << 20), offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        offset += len(chunk)
+    return b"".join(parts)
+
+
+def _read_status(fd: int) -> str | None:
+    os.set_blocking(fd, False)
+    text = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 4096):
+            text += chunk
+    lines = text.decode("utf-8", "replace").splitlines()
+    nostart = next((line for line in lines if line.startswith("nostart ")), None)
+    return nostart or (lines[-1] if lines else None)
