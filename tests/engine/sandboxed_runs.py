@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from eval_runner.engine.collect import remove_tree
+from eval_runner.engine.confinement import probe
 from eval_runner.engine.run import DoorSetup, RunRecord, RunSpec, run_once
-from eval_runner.engine.sandbox import Confinement, Unconfined, probe
+from eval_runner.engine.sandbox import Confinement, Unconfined
 from eval_runner.engine.testset import Operation
 from tests.engine.stand_in_door_proxy import StandInDoors
 

@@ -200,7 +200,8 @@ def test_a_fork_bomb_is_contained_when_the_runner_is_not_root(tmp_path: Path) ->
 import asyncio, sys
 sys.path.insert(0, {str(src)!r})
 from pathlib import Path
-from eval_runner.engine.sandbox import Launch, Limits, probe, run_confined
+from eval_runner.engine.confinement import probe
+from eval_runner.engine.sandbox import Launch, Limits, run_confined
 
 async def main():
     root = Path({str(root)!r})

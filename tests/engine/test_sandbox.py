@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from eval_runner.engine.collect import remove_tree
+from eval_runner.engine.confinement import probe
 from eval_runner.engine.sandbox import (
     NETWORK_POLICY,
     Confinement,
@@ -24,7 +25,6 @@ from eval_runner.engine.sandbox import (
     Limits,
     Stop,
     Unconfined,
-    probe,
     run_confined,
 )
 from tests.engine.sandboxed_runs import (
@@ -195,7 +195,8 @@ _RUNNER = r"""
 import asyncio, os, sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from eval_runner.engine.sandbox import Launch, probe, run_confined
+from eval_runner.engine.confinement import probe
+from eval_runner.engine.sandbox import Launch, run_confined
 
 async def main():
     root = Path(sys.argv[2])

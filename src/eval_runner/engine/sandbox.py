@@ -29,11 +29,11 @@ Where we differ from the reference's boundary (runner.md §13.5), on purpose:
 * **Resource limits** (bwrap has none): address space, processes, open files, file size and CPU time
   (the deadline plus a margin), set by the bridge on the agent only; core dumps are off.
 
-`probe()` runs a tiny command in exactly this shape once at start and returns `Confinement` or
-`Unconfined(reason)`; a host that cannot confine gets `errored(unconfined_host)` for every run and never
-runs anything unconfined. `run_confined()` is the one place a sandbox starts: it waits for the agent,
-the deadline or a cancel, stops the sandbox (SIGTERM through the bridge, `GRACE_SECONDS`, SIGKILL) and
-returns only once every process of it is gone.
+`engine/confinement.py`'s `probe()` runs a tiny command in exactly this shape once at start and returns
+`Confinement` or `Unconfined(reason)`; a host that cannot confine gets `errored(unconfined_host)` for
+every run and never runs anything unconfined. `run_confined()` is the one place a sandbox starts: it
+waits for the agent, the deadline or a cancel, stops the sandbox (SIGTERM through the bridge,
+`GRACE_SECONDS`, SIGKILL) and returns only once every process of it is gone.
 """
 
 from __future__ import annotations
@@ -44,11 +44,8 @@ import importlib.resources
 import json
 import math
 import os
-import shutil
 import signal
-import socket
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -205,7 +202,7 @@ class Ended:
 
 
 # --------------------------------------------------------------------------------------------------
-# The host's shape and the probe
+# The host's shape
 
 
 def host_shape(bwrap: str | None = None) -> Confinement | Unconfined:
@@ -239,111 +236,6 @@ def host_shape(bwrap: str | None = None) -> Confinement | Unconfined:
         read_only=tuple(read_only),
         links=tuple(links),
     )
-
-
-async def probe(temp_root: Path, *, bwrap: str | None = None) -> Confinement | Unconfined:
-    """Start one sandbox in the exact shape runs take, under `temp_root`, and check from inside that it
-    holds: uid 65534 without capabilities, only a loopback of its own, a read-only root, a writable run
-    directory, and a working door bridge. Anything else → `Unconfined`."""
-    shape = host_shape(bwrap)
-    if isinstance(shape, Unconfined):
-        return shape
-    try:
-        root = Path(tempfile.mkdtemp(prefix="oa-probe-", dir=temp_root)).resolve()
-    except OSError as exc:
-        return Unconfined(f"cannot make a sandbox directory in {temp_root}: {exc.strerror}")
-    host = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server: asyncio.AbstractServer | None = None
-    try:
-        os.chmod(root, 0o755)  # noqa: S103 - the sandbox user must reach its run directory
-        out, door = root / "out", root / "door"
-        out.mkdir(mode=0o700)
-        door.mkdir(mode=0o755)
-        if (owner := shape.owner()) is not None:
-            os.chown(out, *owner)
-        host.bind(("127.0.0.1", 0))
-        host.listen()
-        socket_path = door / "probe"
-        server = await asyncio.start_unix_server(_answer_probe, path=str(socket_path))
-        os.chmod(socket_path, 0o666)  # noqa: S103 - the sandbox's uid connects; the directory is the run's
-        door_port = 8400
-        launch = Launch(
-            root=root,
-            command=(shape.python, "-I", "-S", "-c", _PROBE, str(host.getsockname()[1]), str(door_port), str(out)),
-            cwd=root,
-            stdout=out / "stdout",
-            stderr=out / "stderr",
-            home=root,
-            writable=(out,),
-            doors=((door_port, socket_path),),
-            deadline_seconds=30.0,
-        )
-        ended = await run_confined(shape, launch, cancel=asyncio.Event())
-    except OSError as exc:
-        return Unconfined(f"bubblewrap is inoperable: {exc}")
-    finally:
-        host.close()
-        if server is not None:
-            server.close()
-        shutil.rmtree(root, ignore_errors=True)
-    if ended.stop is Stop.EXITED and ended.exit_code == 0 and ended.stdout == b"confined\n":
-        return shape
-    said = (ended.stdout or ended.stderr).decode("utf-8", "replace").strip().splitlines()
-    return Unconfined(f"bubblewrap is inoperable: {said[-1] if said else ended.status or 'no answer'}")
-
-
-async def _answer_probe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    writer.write(b"door\n")
-    with contextlib.suppress(OSError):
-        await writer.drain()
-    writer.close()
-
-
-# Runs inside the probe sandbox as its "agent": stdlib C modules only, prints `confined` or the faults.
-_PROBE = r"""
-import os, sys, _socket
-host_port, door_port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-faults = []
-status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
-if status.get("CapEff") != "0000000000000000":
-    faults.append("capabilities are not dropped")
-if status.get("NoNewPrivs") != "1":
-    faults.append("no_new_privs is not set")
-if os.getuid() != 65534:
-    faults.append("the sandbox user is not 65534")
-links = [line.split(":")[0].strip() for line in open("/proc/net/dev").read().splitlines()[2:]]
-if links != ["lo"]:
-    faults.append("the network is not off: " + " ".join(links))
-s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-s.settimeout(5)
-try:
-    s.connect(("127.0.0.1", host_port))
-    faults.append("a host port answered")
-except OSError:
-    pass
-s.close()
-for path in ("/probe", "/usr/probe", "/dev/probe"):
-    try:
-        open(path, "x").close()
-        faults.append(path + " is writable")
-    except OSError:
-        pass
-try:
-    open(out + "/probe", "x").close()
-except OSError as exc:
-    faults.append("the run directory is not writable: " + str(exc.strerror))
-try:
-    d = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-    d.settimeout(5)
-    d.connect(("127.0.0.1", door_port))
-    reply = d.recv(16)
-    d.close()
-    if reply != b"door\n":
-        faults.append("the door bridge relayed " + repr(reply))
-except OSError as exc:
-    faults.append("the door bridge failed: " + str(exc))
-print("; ".join(faults) or "confined")
-"""
 
 
 def _under(path: str, roots: Sequence[str]) -> bool:
