@@ -4,6 +4,7 @@ stand-in agent (tests/engine/stand_in_sandboxed_agent.py) through `run_once`."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -177,7 +178,13 @@ async def test_the_runners_key_file_cannot_be_read(confinement: Confinement, tem
     }
 
 
-async def test_a_fork_bomb_is_contained_and_the_run_ends_errored(confinement: Confinement, temp_root: Path) -> None:
+@pytest.mark.parametrize("drop", ["setpriv", "child"])
+async def test_a_fork_bomb_is_contained_and_the_run_ends_errored(
+    confinement: Confinement, temp_root: Path, drop: str
+) -> None:
+    """Both ways a root runner drops to uid 65534 (without the drop, root is exempt from the limit)."""
+    if drop == "child":
+        confinement = dataclasses.replace(confinement, setpriv=None)
     spec = spec_for(temp_root, "fork-bomb", limits=Limits(processes=48), deadline_seconds=2)
     record = await run_act(spec, confinement)
     assert record.outcome == errored("timeout")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from eval_runner.engine import collect
 from eval_runner.engine.collect import (
     MAX_COPIED,
     CreatedFile,
@@ -152,3 +153,17 @@ def test_a_clean_results_directory_is_kept(tmp_path: Path) -> None:
     (tmp_path / "report.json").write_text('{"verdict": "pass"}')
     assert remove_results_holding_secret(tmp_path, [b"door-key-123", b""]) is None
     assert (tmp_path / "report.json").exists()
+
+
+def test_collection_stops_at_its_bounds_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in "abcde":
+        (tmp_path / name).write_bytes(b"x" * 10)
+    monkeypatch.setattr(collect, "MAX_CREATED", 3)
+    created, complete = created_files(tmp_path, {}, [])
+    assert ([entry.path for entry in created], complete) == (["a", "b", "c"], False)
+    monkeypatch.setattr(collect, "MAX_CREATED", 100)
+    monkeypatch.setattr(collect, "MAX_READ", 25)  # bytes read for created files, all together
+    created, complete = created_files(tmp_path, {}, [])
+    assert ([entry.path for entry in created], complete) == (["a", "b"], False)
+    monkeypatch.setattr(collect, "MAX_READ", 50)
+    assert created_files(tmp_path, {}, [])[1]

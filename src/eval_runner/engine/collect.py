@@ -7,8 +7,9 @@ The sandbox is gone before any of this runs, so nothing changes underneath.
 
 Created files (runner.md §13.4 step 12) are the files in `cwd/` after the run whose path or content is
 not one the run started with: a regular file by its sha256 digest (copied when ≤ 1 MiB), a symlink by
-its target, anything else (a FIFO) by its path. At most `MAX_CREATED` entries are recorded, in walk
-order (names sorted at each level); the record says whether it holds them all.
+its target, anything else (a FIFO) by its path. At most `MAX_CREATED` entries are recorded and at most
+`MAX_READ` bytes read for them, in walk order (names sorted at each level); the record says whether it
+holds them all. The bound keeps a run that filled its workspace from holding the runner for minutes.
 
 Secrets (the door key, the proxy tokens, the decision key, fallback keys) are replaced by `REDACTED`
 in every kept byte and path, and in the workspace files a file grader may read (spec open question 11:
@@ -36,6 +37,8 @@ from typing import Literal
 MAX_COPIED = 1 << 20
 #: Created entries recorded at most; the rest are left in the workspace.
 MAX_CREATED = 4096
+#: Bytes of created files read (hashed) at most, all entries together.
+MAX_READ = 512 << 20
 REDACTED = b"[redacted]"
 _CHUNK = 1 << 20
 
@@ -102,10 +105,13 @@ def created_files(
     """The entries of `cwd` not in `before` (path → `file:<digest>` as `signature` gives), scrubbed, in
     walk order, and whether that is all of them. A scrubbed workspace file is rewritten in place."""
     created: list[CreatedFile] = []
-    for relative, path, mode in _walk(cwd):
-        if len(created) >= MAX_CREATED:
+    budget = MAX_READ
+    for relative, path, status in _walk(cwd):
+        if stat.S_ISREG(status.st_mode):
+            budget -= status.st_size
+        if len(created) >= MAX_CREATED or budget < 0:
             return tuple(created), False
-        entry = _entry(relative, path, mode, before, secrets)
+        entry = _entry(relative, path, status.st_mode, before, secrets)
         if entry is not None:
             created.append(entry)
     return tuple(created), True
@@ -116,12 +122,12 @@ def signature(data: bytes) -> str:
     return "file:" + sha256_digest(data)
 
 
-def _walk(top: Path) -> Iterable[tuple[str, Path, int]]:
-    """Every non-directory under `top` as (relative `/` path, path, lstat mode); names sorted at each
-    level, a directory's entries where its name sorts."""
-    for relative, path, mode in _walk_all(top):
-        if not stat.S_ISDIR(mode):
-            yield relative, path, mode
+def _walk(top: Path) -> Iterable[tuple[str, Path, os.stat_result]]:
+    """Every non-directory under `top` as (relative `/` path, path, lstat); names sorted at each level, a
+    directory's entries where its name sorts."""
+    for relative, path, status in _walk_all(top):
+        if not stat.S_ISDIR(status.st_mode):
+            yield relative, path, status
 
 
 def _entry(
@@ -164,9 +170,17 @@ def _entry(
 
 
 def _rewrite(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "wb") as file:
-        file.write(data)
+    """Put the scrubbed bytes in the workspace file, or remove it when it cannot be written (a runner
+    that is not root and a file the agent made read-only): a file grader never reads a secret."""
+    try:
+        if not os.access(path, os.W_OK):
+            os.chmod(path, 0o600)  # a regular file (lstat said so), and nothing runs in the sandbox now
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -179,7 +193,8 @@ def secret_in(directory: Path, secrets: Sequence[bytes]) -> str | None:
     if not wanted:
         return None
     overlap = max(len(secret) for secret in wanted) - 1
-    for relative, path, mode in _walk_all(directory):
+    for relative, path, status in _walk_all(directory):
+        mode = status.st_mode
         if any(secret in os.fsencode(relative) for secret in wanted):
             return relative
         if stat.S_ISLNK(mode):
@@ -204,7 +219,7 @@ def remove_results_holding_secret(directory: Path, secrets: Sequence[bytes]) -> 
     return f"the door key was found in {found}; the results were removed"
 
 
-def _walk_all(top: Path) -> Iterable[tuple[str, Path, int]]:
+def _walk_all(top: Path) -> Iterable[tuple[str, Path, os.stat_result]]:
     """Every entry under `top`, directories included (before their entries), links not followed; no
     recursion, so no depth of directories the agent made can exhaust the stack."""
     stack: list[tuple[str, Iterator[os.DirEntry[str]]]] = [("", _sorted_entries(top))]
@@ -216,11 +231,11 @@ def _walk_all(top: Path) -> Iterable[tuple[str, Path, int]]:
             continue
         relative = prefix + entry.name
         try:
-            mode = entry.stat(follow_symlinks=False).st_mode
+            status = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        yield relative, Path(entry.path), mode
-        if stat.S_ISDIR(mode):
+        yield relative, Path(entry.path), status
+        if stat.S_ISDIR(status.st_mode):
             stack.append((relative + "/", _sorted_entries(Path(entry.path))))
 
 

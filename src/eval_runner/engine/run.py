@@ -37,7 +37,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from eval_runner.engine.collect import (
     CreatedFile,
@@ -69,6 +69,7 @@ DEFAULT_DEADLINE_SECONDS = 300.0
 #: The trajectory log is read up to this size (trajectory.py's bound).
 MAX_TRAJECTORY_BYTES = 64 * 1024 * 1024
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +234,7 @@ async def run_once(
     if Operation.NETWORK in spec.grants:
         return RunRecord(errored("refused"), 0.0, detail="the sandbox has no network to grant")
     try:
-        layout = _lay_out(spec, confinement)
+        layout = await _off_loop(_lay_out, (spec, confinement), undo=lambda made: remove_tree(made.root))
     except _RefusedError as exc:
         return RunRecord(errored("refused"), 0.0, detail=str(exc))
     proxies: list[RunDoorProxy] = []
@@ -273,9 +274,26 @@ async def run_once(
     await _close_all(proxies)
     secrets = _secret_bytes(spec, proxies)
     try:
-        return _record(ended, auth_failed, layout, secrets)
+        return await _off_loop(_record, (ended, auth_failed, layout, secrets))
     except BaseException:
         remove_tree(layout.root)
+        raise
+
+
+async def _off_loop(
+    function: Callable[..., _T], args: tuple[Any, ...], *, undo: Callable[[_T], object] | None = None
+) -> _T:
+    """Blocking file work (laying out, hashing, reading back) in a thread, so concurrent runs and their
+    door proxies never wait on it. A caller cancelled meanwhile still waits for the work to end (it
+    touches the run directory the caller then removes), and `undo` gets what it made."""
+    work = asyncio.ensure_future(asyncio.to_thread(function, *args))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            made = await work
+            if undo is not None:
+                undo(made)
         raise
 
 

@@ -20,7 +20,8 @@ Where we differ from the reference's boundary (runner.md §13.5), on purpose:
   agent (and a script's interpreter) at its own path and the run directory are visible; the state
   directory, `/root`, `/home` and `/work` never are. `/`, `/dev` and the run directory are read-only
   except the writable parts runner.md §13.5 names.
-* **A root runner drops to uid 65534 outside too** before it starts bwrap. The kernel exempts a
+* **A root runner drops to uid 65534 outside too** before it starts bwrap (`setpriv` in the same
+  process, or the spawning child itself where there is no setpriv). The kernel exempts a
   process whose real uid is root from `RLIMIT_NPROC` even inside a user namespace, so without the drop
   a fork bomb is not contained; with it the limit is counted per sandbox (per user namespace), so
   concurrent runs do not share one budget. The writable run directories are then owned by 65534, and
@@ -87,6 +88,7 @@ _ETC_FILES = (
     "/etc/pki/ca-trust",
 )
 _PYTHON_PATHS = ("/usr/bin/python3",)
+_SETPRIV_PATHS = ("/usr/bin/setpriv", "/run/current-system/sw/bin/setpriv")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,9 @@ class Confinement:
     #: Host paths bound read-only at the same path, and `(target, link)` symlinks at the top level.
     read_only: tuple[str, ...]
     links: tuple[tuple[str, str], ...]
+    #: util-linux `setpriv`, used for the uid drop when present (exec'd in the same process, it spawns
+    #: ~1.5 ms faster than Python's own setuid in the child); None → the child drops by itself.
+    setpriv: str | None = None
     network_policy: str = NETWORK_POLICY
 
     @property
@@ -228,9 +233,11 @@ def host_shape(bwrap: str | None = None) -> Confinement | Unconfined:
         if not _under(python, read_only):
             read_only.append(prefix)
     root = os.geteuid() == 0
+    setpriv = next((path for path in _SETPRIV_PATHS if os.access(path, os.X_OK)), None) if root else None
     return Confinement(
         bwrap=found,
         python=python,
+        setpriv=setpriv,
         outside_uid=SANDBOX_UID if root else None,
         outside_gid=SANDBOX_GID if root else None,
         read_only=tuple(read_only),
@@ -283,6 +290,7 @@ async def run_confined(
             passed_on.callback(close_passed)
             args_fd = _options_file(confinement, launch, info_w, passed)
             argv = [
+                *_drop(confinement),
                 confinement.bwrap,
                 "--args",
                 str(args_fd),
@@ -442,9 +450,19 @@ class _Pid1:
             self.pidfd = None
 
 
-def _identity(confinement: Confinement) -> dict[str, Any]:
+def _drop(confinement: Confinement) -> list[str]:
+    """The command prefix that drops a root runner to the sandbox's uid (setpriv), if that is the way."""
     owner = confinement.owner()
-    if owner is None:
+    if owner is None or confinement.setpriv is None:
+        return []
+    uid, gid = owner
+    return [confinement.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+
+
+def _identity(confinement: Confinement) -> dict[str, Any]:
+    """The same drop done by the spawning child itself, when there is no setpriv."""
+    owner = confinement.owner()
+    if owner is None or confinement.setpriv is not None:
         return {}
     return {"user": owner[0], "group": owner[1], "extra_groups": []}
 
