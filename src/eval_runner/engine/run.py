@@ -228,7 +228,8 @@ async def run_once(
         return RunRecord(CANCELLED, 0.0)
     rejected = next((key for key, value in spec.env if not ENV_KEY.fullmatch(key) or "\0" in value), None)
     if rejected is not None:
-        return RunRecord(errored("env_var_rejected"), 0.0, detail=f"run.env key {rejected!r} is not OA_EVAL_*")
+        detail = f"run.env key {rejected!r} is not OA_EVAL_[A-Z0-9_]* or its value holds a NUL"
+        return RunRecord(errored("env_var_rejected"), 0.0, detail=detail)
     if isinstance(confinement, Unconfined):
         return RunRecord(errored("unconfined_host"), 0.0, detail=confinement.reason)
     if Operation.NETWORK in spec.grants:
@@ -242,6 +243,7 @@ async def run_once(
         try:
             doors = await _open_doors(door, layout, confinement, proxies)
         except _RefusedError as exc:
+            await _close_all(proxies)
             remove_tree(layout.root)
             return RunRecord(errored("refused"), 0.0, detail=str(exc))
         launch = Launch(

@@ -1,4 +1,4 @@
-"""Confinement for one agent run: bubblewrap, resource limits and the door bridge, and the probe that proves it.
+"""Confinement for one agent run: bubblewrap, resource limits and the door bridge.
 
 The agent is untrusted code (the subject arm runs an extension someone else wrote), so each run starts
 `bwrap` with its own user, PID, network, IPC, UTS and cgroup namespaces as uid 65534 with every
@@ -211,7 +211,7 @@ class Ended:
 
 
 def host_shape(bwrap: str | None = None) -> Confinement | Unconfined:
-    """What this host offers a sandbox, without starting one (see `probe`)."""
+    """What this host offers a sandbox, without starting one (`engine/confinement.probe` proves it)."""
     if not sys.platform.startswith("linux"):
         return Unconfined(f"no sandbox backend on {sys.platform}")
     candidates = (bwrap,) if bwrap is not None else BWRAP_PATHS
