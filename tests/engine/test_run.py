@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from eval_runner.engine.run import CODER_DOOR_PORT, DECISION_DOOR_PORT, RunOutcome, errored
+from eval_runner.engine.run import CODER_DOOR_PORT, DECISION_DOOR_PORT, DoorSetup, RunOutcome, errored, run_once
 from eval_runner.engine.sandbox import Confinement, Unconfined
 from eval_runner.engine.testset import Operation
 from tests.engine.sandboxed_runs import (
@@ -29,7 +29,7 @@ from tests.engine.sandboxed_runs import (
     spec_for,
     still_running,
 )
-from tests.engine.stand_in_door_proxy import StandInDoors
+from tests.engine.stand_in_door_proxy import StandInDoorProxy, StandInDoors
 
 
 @pytest.fixture(scope="session")
@@ -306,4 +306,22 @@ async def test_the_workspace_stays_until_closed_and_nothing_else_does(
     assert [path.name for path in (root / "home").iterdir()] == ["cwd"]
     assert (record.workspace.path / "kept.txt").read_bytes() == b"k"
     record.workspace.close()
+    assert os.listdir(temp_root) == []
+
+
+async def test_a_door_that_cannot_open_refuses_the_run_and_closes_the_others(
+    confinement: Confinement, temp_root: Path
+) -> None:
+    doors = StandInDoors()
+
+    def broken(socket_path: Path) -> StandInDoorProxy:
+        raise OSError("no such door")
+
+    setup = DoorSetup(coder=doors.coder, decision=broken)
+    record = await run_once(
+        spec_for(temp_root, "contract"), confinement=confinement, door=setup, cancel=asyncio.Event()
+    )
+    assert record.outcome == errored("refused")
+    assert record.detail == "cannot open the run's door: no such door"
+    assert [proxy.closed for proxy in doors.made] == [True]
     assert os.listdir(temp_root) == []
