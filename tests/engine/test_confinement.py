@@ -102,7 +102,7 @@ async def test_a_connect_to_a_host_port_fails(confinement: Confinement, temp_roo
     finally:
         server.close()
     assert result[f"127.0.0.1:{port}"] == "ECONNREFUSED"
-    assert result[f"localhost:{port}"] == "ECONNREFUSED"
+    assert result[f"localhost:{port}"] in {"ECONNREFUSED", "EADDRNOTAVAIL"}  # ::1 may be absent
     if address is not None:
         assert result[f"{address}:{port}"] == "ENETUNREACH"
     assert result["links"] == "lo"
