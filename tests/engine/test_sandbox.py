@@ -7,7 +7,6 @@ import asyncio
 import hashlib
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -307,6 +306,5 @@ def test_the_probe_leaves_nothing_behind() -> None:
     try:
         assert isinstance(asyncio.run(probe(root)), Confinement)
         assert os.listdir(root) == []
-        assert subprocess.run(["/bin/true"], check=False).returncode == 0
     finally:
         remove_tree(root)
