@@ -198,6 +198,15 @@ def test_the_report_parses_and_is_its_own_jcs_bytes(evals: Path) -> None:
     assert built.report_ref.schema == "openagents.eval-report.v1"
 
 
+def test_the_same_inputs_build_the_same_bytes(evals: Path) -> None:
+    first, second = build_report(inputs(evals)), build_report(inputs(evals))
+    assert first.report_bytes == second.report_bytes
+    assert first.artifacts == second.artifacts
+    assert (first.html, first.run_json) == (second.html, second.run_json)
+    later = build_report(inputs(evals, ended_at=AT + 301))
+    assert later.report_ref.digest != first.report_ref.digest
+
+
 def test_headline_verdict_and_coverage_agree_with_the_scores_and_the_gate(evals: Path) -> None:
     given = inputs(evals)
     built = build_report(given)

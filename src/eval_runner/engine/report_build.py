@@ -27,9 +27,8 @@ Decisions where the spec is silent (docs/decisions.md, "The report and its resul
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from eval_runner.contracts.errors import Code, ContractError
 from eval_runner.contracts.ext_eval import ExtEval, Headline, Identity, ProfileCase, Reliance
@@ -347,7 +346,7 @@ def _arms(inputs: ReportInputs, gate_id: str, artifacts: dict[str, bytes]) -> tu
     return subject_arm, baseline_arm, lock
 
 
-def _checked(build: Any, what: str) -> tuple[bytes, ArtifactRef]:
+def _checked(build: Callable[[], tuple[bytes, ArtifactRef]], what: str) -> tuple[bytes, ArtifactRef]:
     try:
         data, ref = build()
     except ContractError as error:
