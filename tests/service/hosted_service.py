@@ -26,11 +26,25 @@ from eval_runner.service.liveness import SUBSCRIBED, RelayListener
 from eval_runner.service.pipeline import Pipeline
 from eval_runner.service.publisher import Publisher
 from eval_runner.service.quota import Quota
+from eval_runner.service.relay import RelayError
 from eval_runner.service.usage import Record, UsageLog, read
 from tests.service.stand_in_relay import BOUND, Recorder, local_relay
 from tests.service.stand_in_suite import StandInSuiteRunner
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "codebase-brief"
+
+
+class StandInRefusingRelay:
+    """The real publisher, except that the relay refuses events of some kinds (as a relay's write policy may)."""
+
+    def __init__(self, publisher: Publisher, kinds: frozenset[int]) -> None:
+        self.publisher = publisher
+        self.kinds = kinds
+
+    async def publish(self, event: Event) -> None:
+        if event.kind in self.kinds:
+            raise RelayError("refused", f"the relay refused {event.kind}: blocked: not on this relay")
+        await self.publisher.publish(event)
 
 
 @dataclass
@@ -67,7 +81,7 @@ class Service:
 
 @asynccontextmanager
 async def hosted_service(
-    tmp_path: Path, *, limits: Limits | None = None, mode: str = "complete"
+    tmp_path: Path, *, limits: Limits | None = None, mode: str = "complete", refuse_kinds: frozenset[int] = frozenset()
 ) -> AsyncIterator[Service]:
     state, temp_root = tmp_path / "state", tmp_path / "tmp"
     state.mkdir()
@@ -85,7 +99,7 @@ async def hosted_service(
                 ledger=ledger,
                 admission=Admission(runner=runner, catalog=catalog, state=state, temp_root=temp_root, log=logs),
                 suite_runner=suite,
-                publisher=publisher,
+                publisher=StandInRefusingRelay(publisher, refuse_kinds) if refuse_kinds else publisher,
                 quota=Quota(state / "quota.json", log=logs),
                 usage=UsageLog(state / "usage"),
                 limits=limits,

@@ -8,7 +8,8 @@ JCS bytes with their ArtifactRef. Other behaviours, set per instance through `mo
 
 * `"block"`: wait until the test calls `release()` (or the stop switch is set), then complete;
 * `"wait_cancel"`: wait for the stop switch, then return a result marked cancelled;
-* `"fail"`: raise `SuiteError`.
+* `"fail"`: raise `SuiteError`;
+* `"threads"`: call `progress` from worker threads, as an engine running cases in threads might.
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ class StandInSuiteRunner:
             waiting.cancel()
             stopping.cancel()
         for completed in range(1, plan.turns + 1):
+            if self.mode == "threads":
+                await asyncio.to_thread(progress, completed)
+                continue
             step = progress(completed)
             if inspect.isawaitable(step):
                 await step

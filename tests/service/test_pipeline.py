@@ -14,9 +14,16 @@ from pathlib import Path
 from eval_runner.contracts.envelope import ARTIFACT_MARKER
 from eval_runner.contracts.outputs import RunOutput
 from eval_runner.contracts.strict_json import JsonValue
+from eval_runner.engine.catalog import Catalog
+from eval_runner.nostr import SecretKey
 from eval_runner.service.claims import key_name, key_of
-from tests.service.hosted_service import Service, hosted_service
-from tests.service.stand_in_suite import NOTES
+from eval_runner.service.config import Config, Limits
+from eval_runner.service.ledger import Ledger, ledger_path
+from eval_runner.service.pipeline import Pipeline
+from eval_runner.service.publisher import Publisher
+from tests.service.hosted_service import EXAMPLE, Service, hosted_service
+from tests.service.stand_in_relay import Recorder, unused_port_url
+from tests.service.stand_in_suite import NOTES, StandInSuiteRunner
 from tests.service.trainer_side import (
     AcceptedBody,
     ProgressBody,
@@ -197,3 +204,40 @@ async def test_a_forgery_carrying_a_genuine_events_id_does_not_shadow_it(tmp_pat
         await trainer.publish(genuine)
         assert (await trainer.result(genuine)).outcome == "completed"
         assert service.suite.runs == 1
+
+
+async def test_progress_reported_from_worker_threads_arrives_in_order(tmp_path: Path) -> None:
+    async with hosted_service(tmp_path, mode="threads") as service, Trainer(service.url, service.runner) as trainer:
+        event, _ = await trainer.run(catalog_run(service, runs=2), "req-threads")
+        assert (await trainer.result(event)).outcome == "completed"
+        progress = trainer.sent[event.id].progress
+        assert [(note.seq, note.completed) for note in progress] == list(enumerate([0, 0, *range(1, 9)]))
+
+
+def test_the_pipeline_serve_runs_takes_its_places_and_limits_from_the_configuration(tmp_path: Path) -> None:
+    environ = {
+        "EVAL_RUNNER_CATALOG": str(EXAMPLE),
+        "EVAL_RUNNER_CODER": "/usr/bin/true",
+        "CODER_DOOR_KEY": "door-key",
+        "EVAL_RUNNER_STATE": str(tmp_path / "state"),
+        "EVAL_RUNNER_TMP": str(tmp_path / "tmp"),
+        "EVAL_RUNNER_JOBS": "3",
+        "EVAL_RUNNER_RUNS_PER_DAY": "5",
+    }
+    config = Config.from_env(environ)
+    secret = SecretKey.generate()
+    (tmp_path / "state").mkdir()
+    with Ledger.open(ledger_path(config.state), secret.public_key().to_hex(), int(time.time())) as ledger:
+        pipeline = Pipeline.from_config(
+            config,
+            secret=secret,
+            ledger=ledger,
+            catalog=Catalog.load(config.catalog),
+            suite_runner=StandInSuiteRunner(),
+            publisher=Publisher(unused_port_url(), secret),
+            log=Recorder(),
+        )
+        assert (pipeline.admission.state, pipeline.admission.temp_root) == (config.state, config.temp_root)
+        assert pipeline.admission.runner == pipeline.runner == secret.public_key().to_hex()
+        assert (pipeline.quota.path, pipeline.usage.directory) == (config.quota_file, config.usage_dir)
+        assert pipeline.limits == Limits(runs_per_trainer=5, jobs=3)

@@ -183,3 +183,21 @@ async def test_the_seventeenth_claim_is_busy_while_sixteen_hold_their_slots(tmp_
             assert (await trainer.result(event)).outcome == "completed"
         assert service.suite.runs == CAPACITY
         assert service.ledger.active_slots() == 0
+
+
+async def test_a_seal_the_relay_refuses_fails_the_run_and_keeps_the_quota(tmp_path: Path) -> None:
+    async with (
+        hosted_service(tmp_path, refuse_kinds=frozenset({3188})) as service,
+        Trainer(service.url, service.runner) as trainer,
+    ):
+        event, _ = await trainer.run(catalog_run(service), "req-unsealed")
+        result = await trainer.result(event)
+        why = "publishing the sealed report: the relay refused 3188: blocked: not on this relay"
+        assert (result.outcome, result.code, result.message, result.output) == ("failed", "failed", why, None)
+        key = key_of(service.runner, trainer.pubkey, "req-unsealed", 1)
+        assert f"run {key_name(key)} failed: {why}" in service.logs.lines
+        job = service.ledger.job(key)
+        assert job is not None
+        assert (job.status, job.sealed) == ("failed", None)
+        quota = json.loads((service.state / "quota.json").read_text())
+        assert quota["runs"] == {trainer.pubkey: 1}, "a seal failure does not give the run back"

@@ -41,14 +41,23 @@ class ProgressStream:
         self._claim = claim
         self._planned = planned
         self._seq = 0
+        self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[tuple[str, int] | None] = asyncio.Queue()
-        self._worker = asyncio.get_running_loop().create_task(self._send_all())
+        self._worker = self._loop.create_task(self._send_all())
 
     def note(self, status: str, completed: int) -> None:
-        self._queue.put_nowait((status, completed))
+        """Queue a note; safe from the event loop and from any other thread."""
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is self._loop:
+            self._queue.put_nowait((status, completed))
+        else:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, (status, completed))
 
     def completed(self, count: int) -> None:
-        """The suite runner's `progress` callback: `count` case runs have finished."""
+        """The suite runner's `progress` callback: `count` case runs have finished (call it from any thread)."""
         self.note("running", count)
 
     async def close(self) -> None:
@@ -144,7 +153,7 @@ class HostedRun:
             finally:
                 pipeline.slots.release()
         await progress.close()
-        if self.stop.is_set():
+        if self.stop.is_set() or (suite is not None and suite.cancelled):
             await self._cancelled(suite)
         elif failure is not None or suite is None:
             why = failure if failure is not None else "the suite runner returned nothing"

@@ -46,11 +46,12 @@ from typing import TypeVar
 from eval_runner.contracts.answers import ResultBody
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.execution import Binding
+from eval_runner.engine.catalog import Catalog
 from eval_runner.nostr import ConversationKeys, Event, SecretKey
-from eval_runner.service.admission import Admission, InputFacts, RefusalError, RunPlan, input_facts
+from eval_runner.service.admission import Admission, InputFacts, RefusalError, RunPlan, ToolRelease, input_facts
 from eval_runner.service.answers import Answers, EventPublisher
 from eval_runner.service.claims import CONFLICT_MESSAGE, Claim, LedgerError, Refusal
-from eval_runner.service.config import Limits
+from eval_runner.service.config import Config, Limits
 from eval_runner.service.hosted_run import HostedRun
 from eval_runner.service.ledger import Ledger
 from eval_runner.service.opening import DropError, OpenedControl, OpenedExecute, SeenIds, drop_line, open_request
@@ -104,6 +105,40 @@ class Pipeline:
         self.slots = asyncio.Semaphore(limits.jobs)
         self.stops: dict[str, asyncio.Event] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Config,
+        *,
+        secret: SecretKey,
+        ledger: Ledger,
+        catalog: Catalog,
+        suite_runner: SuiteRunner,
+        publisher: EventPublisher,
+        log: Callable[[str], None],
+        tool_release: ToolRelease | None = None,
+    ) -> Pipeline:
+        """The pipeline `serve` runs: state, temp root, quota, usage log and limits from the configuration."""
+        runner = secret.public_key().to_hex()
+        return cls(
+            secret=secret,
+            ledger=ledger,
+            admission=Admission(
+                runner=runner,
+                catalog=catalog,
+                state=config.state,
+                temp_root=config.temp_root,
+                log=log,
+                tool_release=tool_release,
+            ),
+            suite_runner=suite_runner,
+            publisher=publisher,
+            quota=Quota(config.quota_file, log=log),
+            usage=UsageLog(config.usage_dir),
+            limits=config.limits,
+            log=log,
+        )
 
     # -- the way in ----------------------------------------------------------------------------
 
