@@ -31,7 +31,7 @@ from eval_runner.engine.graders import (
     receipt_limitation,
 )
 from eval_runner.engine.scores import Arm, CaseKind, OutcomeWord
-from eval_runner.engine.testset import Case, CaseFile, CaseFiles, parse_case
+from eval_runner.engine.testset import Case, CaseFile, CaseFiles, load_suite, parse_case
 from eval_runner.engine.trajectory import Trajectory, parse_log
 
 PATTERNS = PatternRunner()
@@ -278,7 +278,7 @@ def test_the_glob_language() -> None:
     assert not glob_matches("out/**", "in/a.txt")
     assert glob_matches("[ab]", "[ab]")
     assert not glob_matches("[ab]", "a")
-    long = "d/" * 3000 + "f.md"
+    long = "d/" * 600 + "f.md"
     assert glob_matches("**/*.md", long)
     assert glob_matches(long, long)
 
@@ -471,13 +471,28 @@ async def test_the_grades_document_records_the_run_and_each_grader() -> None:
     grades = await grade_run(case, Arm.SUBJECT, view, Doors(), EXTENSION)
     document = grades_document("c", Arm.SUBJECT, 2, view, grades, cost_usd=0.001, seconds=3.5)
     assert document["v"] == GRADES_SCHEMA
-    assert {key: document[key] for key in ("case", "arm", "attempt", "outcome", "reason", "graded")} == {
+    assert set(document) == {
+        "v",
+        "requires",
+        "case",
+        "arm",
+        "attempt",
+        "outcome",
+        "reason",
+        "score",
+        "passed",
+        "cost_usd",
+        "seconds",
+        "created_files",
+        "graders",
+    }
+    assert {key: document[key] for key in ("requires", "case", "arm", "attempt", "outcome", "reason")} == {
+        "requires": [],
         "case": "c",
         "arm": "subject",
         "attempt": 2,
         "outcome": "completed",
         "reason": None,
-        "graded": True,
     }
     assert (document["score"], document["passed"], document["cost_usd"], document["seconds"]) == (
         0.0,
@@ -506,9 +521,10 @@ async def test_an_ungraded_run_has_a_document_and_a_graded_run_without_a_score()
     view = RunView("cancelled")
     grades = await grade_run(case, Arm.BASELINE, view, Doors(), EXTENSION)
     document = grades_document("c", Arm.BASELINE, 1, view, grades)
-    assert (document["outcome"], document["graded"], document["score"], document["graders"]) == (
+    assert grades.graded is False
+    assert (document["outcome"], document["reason"], document["score"], document["graders"]) == (
         "cancelled",
-        False,
+        None,
         None,
         [],
     )
@@ -520,7 +536,42 @@ async def test_an_ungraded_run_has_a_document_and_a_graded_run_without_a_score()
         None,
     )
     errored = RunView("errored", "unconfined_host")
+    assert grades_document("c", Arm.SUBJECT, 1, errored, NOT_GRADED)["reason"] == "unconfined_host"
     refused = graded_run(case, Arm.SUBJECT, 1, errored, await grade_run(case, Arm.SUBJECT, errored, Doors(), EXTENSION))
     assert (refused.outcome, refused.score, refused.passed) == (OutcomeWord.REFUSED, 0.0, False)
     with pytest.raises(ValueError, match="attempt"):
         grades_document("c", Arm.SUBJECT, 0, view, grades)
+
+
+# ----------------------------------------------------------------------------------- the example extension
+
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "codebase-brief" / "evals"
+
+
+async def test_the_example_extensions_cases_separate_the_arms() -> None:
+    suite = load_suite(EXAMPLE)
+    overview, greeting = suite.case("overview"), suite.case("greeting")
+    assert overview is not None
+    assert greeting is not None
+    operations = frozenset({"codebase-brief", "repo_map"})
+    mapped = trajectory(
+        ("User", overview.prompt),
+        ("Agent", "", call("repo_map", {"operation": "map"}, extra={"step": "repo_map", "program": "codebase-brief"})),
+        ("Agent", "It is a Rust crate of six files; the largest is src/tables.rs."),
+    )
+    unmapped = trajectory(("User", overview.prompt), ("Agent", "I would have to look at the files."))
+    subject = await grade_run(overview, Arm.SUBJECT, completed(trajectory=mapped), Doors(), operations)
+    baseline = await grade_run(overview, Arm.BASELINE, completed(trajectory=unmapped), Doors(), operations)
+    assert [(r.name, r.passed) for r in subject.results] == [("language", True), ("largest", True), ("surveyed", True)]
+    assert (subject.score, subject.passed) == (1.0, True)
+    assert (baseline.score, baseline.passed) == (0.0, False)
+    hello = trajectory(("User", greeting.prompt), ("Agent", "Welcome aboard, glad you are here!"))
+    for arm in (Arm.SUBJECT, Arm.BASELINE):
+        greeted = await grade_run(greeting, arm, completed(trajectory=hello), Doors(), operations)
+        assert [(r.name, r.scored, r.passed) for r in greeted.results] == [
+            ("reply", True, True),
+            ("untouched", True, True),
+        ]
+    fired = await grade_run(greeting, Arm.SUBJECT, completed(trajectory=mapped), Doors(), operations)
+    assert [(r.name, r.passed) for r in fired.results] == [("reply", False), ("untouched", False)]

@@ -31,6 +31,7 @@ from eval_runner.engine.grading_doors import (
     JevDecisionDoor,
     JevEndpoint,
     OpenResponsesJudge,
+    answer_text,
     decision_pin,
     fails_over,
 )
@@ -327,7 +328,7 @@ async def test_a_refusal_of_the_question_at_a_later_door_stands_without_retry() 
 
 
 async def test_a_wrong_key_is_benched_and_an_unreachable_or_slow_door_fails_over() -> None:
-    async with StandInJev(KEY, [noul(0.9)]) as typesafe, StandInJev(KEY, [noul(0.9)], delay=2.0) as slow:
+    async with StandInJev(KEY, [noul(0.9)]) as typesafe, StandInJev(KEY, [noul(0.9)], delay=1.0) as slow:
         closed = StandInJev(KEY, [noul(0.9)])
         async with closed:
             unreachable = closed.endpoint("closed")
@@ -599,3 +600,18 @@ async def test_a_stopped_suite_is_graded_with_no_doors() -> None:
         "receipt replay is not supported",
     ]
     assert (grades.score, grades.passed) == (0.0, False)
+
+
+def test_the_judges_answer_text_is_output_text_or_every_output_text_part() -> None:
+    assert answer_text({"output_text": "PASS", "output": []}) == "PASS"
+    parts = [
+        {"type": "output_text", "text": "PA"},
+        {"type": "refusal", "text": "no"},
+        {"type": "output_text", "text": "SS"},
+    ]
+    assert (
+        answer_text({"output": [{"type": "reasoning", "content": []}, {"type": "message", "content": parts}]}) == "PASS"
+    )
+    assert answer_text({"output": []}) is None
+    assert answer_text({"output": "PASS"}) is None
+    assert answer_text(["PASS"]) is None

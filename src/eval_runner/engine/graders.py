@@ -27,7 +27,7 @@ sentence a report's limitations carry when a suite holds one.
 The grades document (`grades/<case>/<arm>-<n>.json`, schema `openagents.ext-eval-grades.v1`) has the
 reference's shape: `{v, requires: [], case, arm, attempt, outcome (coverage word), reason, score,
 passed, cost_usd, seconds, created_files, graders: [{name, type, weight, scored, passed, explanation,
-votes?}]}`; `graded` is ours, true unless the run was cancelled or unknown.
+votes?}]}`. A cancelled or unknown run's document has no graders and a null score.
 """
 
 from __future__ import annotations
@@ -430,7 +430,6 @@ def grades_document(
         "attempt": attempt,
         "outcome": view.coverage.value,
         "reason": view.reason,
-        "graded": grades.graded,
         "score": grades.score,
         "passed": grades.passed,
         "cost_usd": cost_usd,
