@@ -81,12 +81,18 @@ class Service:
 
 @asynccontextmanager
 async def hosted_service(
-    tmp_path: Path, *, limits: Limits | None = None, mode: str = "complete", refuse_kinds: frozenset[int] = frozenset()
+    tmp_path: Path,
+    *,
+    limits: Limits | None = None,
+    mode: str = "complete",
+    refuse_kinds: frozenset[int] = frozenset(),
+    secret: SecretKey | None = None,
 ) -> AsyncIterator[Service]:
+    """The service over `tmp_path/state`; pass the `secret` of an earlier one to restart it over the same state."""
     state, temp_root = tmp_path / "state", tmp_path / "tmp"
-    state.mkdir()
-    temp_root.mkdir()
-    secret = SecretKey.generate()
+    state.mkdir(exist_ok=True)
+    temp_root.mkdir(exist_ok=True)
+    secret = secret if secret is not None else SecretKey.generate()
     runner = secret.public_key().to_hex()
     logs = Recorder()
     limits = limits if limits is not None else Limits()

@@ -241,3 +241,34 @@ def test_the_pipeline_serve_runs_takes_its_places_and_limits_from_the_configurat
         assert pipeline.admission.runner == pipeline.runner == secret.public_key().to_hex()
         assert (pipeline.quota.path, pipeline.usage.directory) == (config.quota_file, config.usage_dir)
         assert pipeline.limits == Limits(runs_per_trainer=5, jobs=3)
+
+
+async def test_a_run_interrupted_by_a_restart_answers_unknown_and_never_reruns(tmp_path: Path) -> None:
+    phone = SecretKey.generate()
+    async with (
+        hosted_service(tmp_path, mode="block") as service,
+        Trainer(service.url, service.runner, phone) as trainer,
+    ):
+        runner_key = service.secret
+        event, body = await trainer.run(catalog_run(service), "req-interrupted")
+        await trainer.progress(event, lambda notes: any(note.status == "running" for note in notes))
+        await service.pipeline.aclose()  # the process dies mid-run: no result is ever sent
+        assert trainer.sent[event.id].results == []
+    async with (
+        hosted_service(tmp_path, secret=runner_key) as restarted,
+        Trainer(restarted.url, restarted.runner, phone) as trainer,
+    ):
+        again = trainer.execute_event(body)
+        await trainer.publish(again)
+        result = await trainer.result(again)
+        claim = restarted.ledger.lookup(key_of(restarted.runner, phone.public_key().to_hex(), "req-interrupted", 1))
+        assert claim is not None
+        assert (result.outcome, result.dispatched, result.output, result.record) == (
+            "unknown",
+            True,
+            None,
+            claim.record,
+        )
+        assert not result.has_code
+        assert restarted.suite.runs == 0, "an interrupted run is never run again"
+        assert claim.aliases == (event.id, again.id)
