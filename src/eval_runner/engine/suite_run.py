@@ -1,0 +1,367 @@
+"""Running a suite: plan the attempts, run them at most `concurrency` at a time, grade, report.
+
+This is the engine's one entry point (runner.md §13.2–13.3): for each case in suite order, the subject arm's
+attempts 1..runs, then the baseline arm's unless the case is subject-only. Each attempt is one sandboxed
+agent turn (`engine/run.py`), graded at once (`engine/graders.py`) so its workspace can go; results are
+kept in plan order whatever order they finish in. `Started`/`Finished` go to a callback (the service
+streams them as progress). A cancelled suite records the attempts it had not started as `cancelled` and is
+graded with no doors (§13.6). The report and results directory come from `engine/report_build.py` and
+`engine/results_dir.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from importlib import resources
+from pathlib import Path
+
+from eval_runner.contracts.refs import EventRef
+from eval_runner.contracts.report_documents import AgentPin, Question
+from eval_runner.contracts.strict_json import digest_bytes
+from eval_runner.engine.catalog import Subject
+from eval_runner.engine.door import DoorProxy
+from eval_runner.engine.door_graders import NO_DOORS, Doors
+from eval_runner.engine.graders import (
+    NOT_GRADED,
+    RunGrades,
+    RunView,
+    WorkspaceDirectory,
+    grade_run,
+    grades_bytes,
+    receipt_limitation,
+)
+from eval_runner.engine.report_build import BuiltReport, build_report
+from eval_runner.engine.report_inputs import Attempt, ReportInputs, RunEnd, RunSetup
+from eval_runner.engine.results_dir import suite_files, write_results
+from eval_runner.engine.run import DoorSetup, RunRecord, RunSpec, run_once
+from eval_runner.engine.sandbox import Confinement, Limits, Unconfined
+from eval_runner.engine.scores import Arm
+from eval_runner.engine.testset import Case, Operation, Suite
+from eval_runner.engine.trajectory import Trajectory, TrajectoryError, parse_trajectory
+
+#: The operator grants of a hosted runner: read and sandbox write, never exec or network.
+HOSTED_GRANTS = frozenset({Operation.READ, Operation.WRITE})
+STOPPED_BY_OPERATOR = "the operator stopped the run"
+
+
+def gate_file() -> bytes:
+    """The exact bytes of the `ext-eval-v2` gate shipped with the engine (see gates/README.md)."""
+    return resources.files("eval_runner.engine").joinpath("gates/ext-eval-v2.json").read_bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class DoorSettings:
+    """The chat door the agent (and the judge grader) reach: base URL, key and model. The key never
+    appears in a repr."""
+
+    url: str
+    key: str = field(repr=False)
+    model: str
+
+    @property
+    def label(self) -> str:
+        return f"default/{self.model}"
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteAuthor:
+    """Who the suite and report are by: `<author>:<package>/<component>`, the evaluator's key, and the
+    releases and request it names when there are any."""
+
+    author: str
+    package: str
+    component: str
+    evaluator: str
+    suite_release: EventRef | None = None
+    subject_release: EventRef | None = None
+    requester: EventRef | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SuitePlan:
+    """Everything one suite run needs. `runs` overrides every case's own runs when set (the hosted
+    runner always sets it); `subject_definition` is the exact bytes the subject's DefinitionRef digests."""
+
+    suite: Suite
+    subject: Subject
+    agent: Path
+    door: DoorSettings
+    author: SuiteAuthor
+    temp_root: Path
+    results_base: Path
+    runs: int | None = None
+    concurrency: int = 4
+    grants: frozenset[Operation] = HOSTED_GRANTS
+    questions: tuple[tuple[str, bytes], ...] = ()
+    subject_definition: bytes | None = None
+    host: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    hosted: bool = True
+    extra_secrets: tuple[str, ...] = field(default=(), repr=False)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.concurrency <= 8:
+            raise ValueError("--concurrency must be from 1 to 8")
+        if self.runs is not None and not 1 <= self.runs <= 10:
+            raise ValueError("runs must be from 1 to 10")
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return (self.door.key, *self.extra_secrets)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedAttempt:
+    """One attempt of the plan: which case, which arm, which repeat."""
+
+    index: int
+    case: Case
+    arm: Arm
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    case: str
+    arm: Arm
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """An attempt that ran (a process started); `outcome` is its outcome words, e.g. `errored(timeout)`."""
+
+    case: str
+    arm: Arm
+    attempt: int
+    outcome: str
+    seconds: float
+
+
+ProgressEvent = Started | Finished
+ProgressCallback = Callable[[ProgressEvent], Awaitable[None] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteOutcome:
+    """A finished suite: the built report, where its results directory is, and whether it was stopped."""
+
+    built: BuiltReport
+    results_dir: Path
+    cancelled: bool
+
+
+def plan_attempts(suite: Suite, subject: Subject, runs: int | None) -> list[PlannedAttempt]:
+    """Attempts in plan order (runner.md §13.2)."""
+    operations = subject.operations()
+    planned: list[PlannedAttempt] = []
+    for case in suite.cases:
+        repeats = runs if runs is not None else case.runs
+        arms = [Arm.SUBJECT] if case.subject_only(operations) else [Arm.SUBJECT, Arm.BASELINE]
+        for arm in arms:
+            planned.extend(PlannedAttempt(len(planned) + n, case, arm, n + 1) for n in range(repeats))
+    return planned
+
+
+def planned_total(suite: Suite, runs: int) -> int:
+    """What the phone is told is planned: cases × runs × 2, always (runner.md §13.2)."""
+    return len(suite.cases) * runs * 2
+
+
+def guidance(subject: Subject, case: Case, arm: Arm) -> str | None:
+    """The text appended to the agent's instructions (runner.md §13.4 step 4): the subject's skills in the
+    subject arm, then the case's instructions in both arms; None when there is nothing to append."""
+    parts: list[str] = []
+    if arm is Arm.SUBJECT and subject.skills:
+        lines = ["## Extension skills"]
+        for skill in subject.skills:
+            digest = "sha256:" + hashlib.sha256(skill.data).hexdigest()
+            text = skill.data.decode("utf-8", "replace").rstrip()
+            lines += [f"### {skill.name} ({digest})", "", text, ""]
+        parts.append("\n".join(lines))
+    extra = case.run.append_instructions
+    if extra is not None and extra.strip():
+        parts.append(f"## Case instructions\n\n{extra}\n")
+    return "\n".join(parts) if parts else None
+
+
+def agent_pin(agent: Path, questions: Sequence[tuple[str, bytes]]) -> AgentPin:
+    """The agent binary's digest and size, and its question sets' digests: what every lock pins."""
+    data = agent.read_bytes()
+    return AgentPin(
+        digest=digest_bytes(data),
+        size=len(data),
+        questions=tuple(Question(name=name, digest=digest_bytes(body)) for name, body in questions),
+    )
+
+
+async def run_suite(
+    plan: SuitePlan,
+    *,
+    confinement: Confinement | Unconfined,
+    doors: Doors = NO_DOORS,
+    on_progress: ProgressCallback | None = None,
+    cancel: asyncio.Event | None = None,
+    clock: Callable[[], float] = time.time,
+) -> SuiteOutcome:
+    """Run every planned attempt, grade it, and write the report and results directory."""
+    stop = cancel or asyncio.Event()
+    started_at = int(clock())
+    pin = await asyncio.to_thread(agent_pin, plan.agent, plan.questions)
+    attempts = plan_attempts(plan.suite, plan.subject, plan.runs)
+    operations = plan.subject.operations()
+    gate = gate_file()
+    slots = asyncio.Semaphore(plan.concurrency)
+    door_setup = DoorSetup(coder=partial(DoorProxy, plan.door.url, plan.door.key))
+
+    async def one(planned: PlannedAttempt) -> Attempt:
+        async with slots:
+            if stop.is_set():
+                return _not_run(planned, RunEnd.CANCELLED)
+            spec = _spec(plan, planned)
+            if not isinstance(confinement, Unconfined):
+                await _tell(on_progress, Started(planned.case.name, planned.arm, planned.attempt))
+            record = await run_once(spec, confinement=confinement, door=door_setup, cancel=stop)
+            try:
+                attempt = await _graded(planned, record, doors if not stop.is_set() else NO_DOORS, operations)
+            finally:
+                if record.workspace is not None:
+                    await asyncio.to_thread(record.workspace.close)
+            if not isinstance(confinement, Unconfined) and record.outcome.word != "cancelled":
+                await _tell(
+                    on_progress,
+                    Finished(planned.case.name, planned.arm, planned.attempt, str(record.outcome), record.seconds),
+                )
+            return attempt
+
+    done = await asyncio.gather(*(one(planned) for planned in attempts))
+    cancelled = stop.is_set()
+    limitation = receipt_limitation(plan.suite.cases)
+    inputs = ReportInputs(
+        suite=plan.suite,
+        subject=plan.subject,
+        agent=pin,
+        attempts=tuple(done),
+        gate_file=gate,
+        author=plan.author.author,
+        package=plan.author.package,
+        component=plan.author.component,
+        evaluator=plan.author.evaluator,
+        started_at=started_at,
+        ended_at=max(started_at, int(clock())),
+        setup=RunSetup(
+            runs=plan.runs,
+            baseline=True,
+            concurrency=plan.concurrency,
+            grants=tuple(op.value for op in Operation if op in plan.grants),
+            confinement=None if isinstance(confinement, Unconfined) else confinement.backend,
+            door=plan.door.label,
+            decision_door=None if doors.decision is None else "decision",
+            judge_door=None if doors.judge is None else plan.door.label,
+            hosted=plan.hosted,
+        ),
+        subject_definition=plan.subject_definition,
+        subject_release=plan.author.subject_release,
+        suite_release=plan.author.suite_release,
+        requester=plan.author.requester,
+        host=plan.host,
+        partial=STOPPED_BY_OPERATOR if cancelled else None,
+        extra_limitations=() if limitation is None else (limitation,),
+    )
+    built = await asyncio.to_thread(build_report, inputs)
+    results = await asyncio.to_thread(
+        write_results, plan.results_base, built, built.attempts, suite_files(plan.suite), secrets=plan.secrets
+    )
+    return SuiteOutcome(built=built, results_dir=results, cancelled=cancelled)
+
+
+async def _tell(on_progress: ProgressCallback | None, event: ProgressEvent) -> None:
+    if on_progress is None:
+        return
+    result = on_progress(event)
+    if result is not None:
+        await result
+
+
+def _spec(plan: SuitePlan, planned: PlannedAttempt) -> RunSpec:
+    case = planned.case
+    subject_arm = planned.arm is Arm.SUBJECT
+    grants = frozenset({Operation.READ}) | (frozenset(case.run.allowed_operations) & plan.grants)
+    return RunSpec(
+        agent=plan.agent,
+        prompt=case.prompt,
+        model=plan.door.model,
+        temp_root=plan.temp_root,
+        fixtures=tuple((fixture.name, fixture.data) for fixture in case.fixtures),
+        grants=grants,
+        guidance=guidance(plan.subject, case, planned.arm),
+        programs=tuple((program.slug, program.data) for program in plan.subject.programs) if subject_arm else (),
+        questions=plan.questions,
+        env=case.run.env,
+        deadline_seconds=float(case.run.deadline_seconds),
+        secrets=plan.secrets,
+        limits=plan.limits,
+    )
+
+
+async def _graded(planned: PlannedAttempt, record: RunRecord, doors: Doors, operations: frozenset[str]) -> Attempt:
+    outcome = record.outcome
+    trajectory = _trajectory(record.trajectory)
+    view = RunView(
+        outcome=outcome.word,
+        reason=outcome.reason,
+        trajectory=trajectory,
+        created_files=tuple(created.path for created in record.created),
+        workspace=None if record.workspace is None else WorkspaceDirectory(record.workspace.path),
+    )
+    grades: RunGrades = await grade_run(planned.case, planned.arm, view, doors, operations)
+    document = grades_bytes(
+        planned.case.name,
+        planned.arm,
+        planned.attempt,
+        view,
+        grades,
+        cost_usd=record.cost_usd,
+        seconds=record.seconds,
+    )
+    return Attempt(
+        case=planned.case.name,
+        arm=planned.arm,
+        attempt=planned.attempt,
+        end=RunEnd(outcome.word),
+        grades=document,
+        reason=outcome.reason,
+        score=grades.score,
+        passed=grades.passed,
+        seconds=record.seconds,
+        cost_usd=record.cost_usd,
+        stdout=record.stdout,
+        stderr=record.stderr,
+        trajectory=None if trajectory is None else trajectory.document_bytes(),
+        created=tuple((created.path, created.data) for created in record.created),
+    )
+
+
+def _not_run(planned: PlannedAttempt, end: RunEnd) -> Attempt:
+    view = RunView(outcome=end.value)
+    return Attempt(
+        case=planned.case.name,
+        arm=planned.arm,
+        attempt=planned.attempt,
+        end=end,
+        grades=grades_bytes(planned.case.name, planned.arm, planned.attempt, view, NOT_GRADED),
+    )
+
+
+def _trajectory(data: bytes | None) -> Trajectory | None:
+    if not data:
+        return None
+    try:
+        return parse_trajectory(data)
+    except TrajectoryError:
+        return None
