@@ -9,9 +9,11 @@ from pathlib import Path
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.strict_json import JsonValue, digest_bytes
 from eval_runner.nostr import Event
-from eval_runner.service.admission import CLOSED, NOT_A_CATALOG_TOOL
+from eval_runner.service.admission import CLOSED, NOT_A_CATALOG_TOOL, Admission, RunPlan
 from eval_runner.service.claims import CONFLICT_MESSAGE, key_of
 from eval_runner.service.config import Limits
+from eval_runner.service.opening import OpenedExecute
+from eval_runner.service.pipeline import UNPLANNED
 from eval_runner.service.quota import BRAKED
 from eval_runner.service.usage import Record
 from tests.service.hosted_service import Service, hosted_service
@@ -141,3 +143,22 @@ async def test_a_closed_switch_refuses_new_runs_and_reopens(tmp_path: Path) -> N
         (service.state / "closed").unlink()
         opened, _ = await trainer.run(catalog_run(service), "req-open")
         assert (await trainer.result(opened)).outcome == "completed"
+
+
+class BrokenAdmission(Admission):
+    async def admit(self, opened: OpenedExecute) -> RunPlan:
+        raise RuntimeError("the catalog moved")
+
+
+async def test_planning_that_breaks_is_refused_unavailable_not_left_unanswered(tmp_path: Path) -> None:
+    async with hosted_service(tmp_path) as service, Trainer(service.url, service.runner) as trainer:
+        service.pipeline.admission = BrokenAdmission(
+            runner=service.runner,
+            catalog=service.catalog,
+            state=service.state,
+            temp_root=service.temp_root,
+            log=service.logs,
+        )
+        event, _ = await trainer.run(catalog_run(service), "req-broken")
+        await refused(service, trainer, event, Code.UNAVAILABLE, UNPLANNED)
+        assert f"planning {event.id[:12]} failed: RuntimeError: the catalog moved" in service.logs.lines

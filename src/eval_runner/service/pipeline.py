@@ -32,6 +32,8 @@ Decisions where the spec is silent:
 * A suite runner that raises anything but `SuiteError` fails the run the same way (message = the
   exception's type and text), so a bug never leaves a claim holding its slot.
 * Control refusals are logged `refused …` like any refusal (still no usage record).
+* Planning that fails on something other than a refusal (a bug, an unexpected I/O error) is logged
+  `planning <id12> failed: …` and refused `unavailable` with a plain message, so the phone is answered.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from eval_runner.service.usage import Record, UsageLog, arrival_time
 
 CONTROL_NOT_FOUND = "no run of yours matches this control"
 UNDISPATCHED = "the claim couldn't be dispatched"
+UNPLANNED = "the runner couldn't plan this run; try again later"
 T = TypeVar("T")
 
 
@@ -222,6 +225,10 @@ class Pipeline:
             plan = await self.admission.admit(opened)
         except RefusalError as refusal:
             await self.refuse(opened, arrival, refusal.code, refusal.message)
+            return
+        except Exception as error:  # a bug in planning must not leave the phone waiting for an answer
+            self.log(f"planning {opened.event.id[:12]} failed: {type(error).__name__}: {error}")
+            await self.refuse(opened, arrival, Code.UNAVAILABLE, UNPLANNED)
             return
         admitted = False
         try:
