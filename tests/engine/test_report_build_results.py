@@ -4,15 +4,12 @@ written, timestamp collisions, created files kept inside their run, and the secr
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from eval_runner.contracts.report import Report
-from eval_runner.contracts.strict_json import JsonValue, read
+from eval_runner.contracts.strict_json import read
 from eval_runner.engine.report_build import BuiltReport, build_report
 from eval_runner.engine.report_inputs import Attempt
 from eval_runner.engine.results_dir import (
@@ -23,6 +20,7 @@ from eval_runner.engine.results_dir import (
     suite_files,
     write_results,
 )
+from tests.engine.results_walk import verify_every_ref
 from tests.engine.test_report_build import S, better_attempts, inputs
 
 NOW = 1_790_000_123_456
@@ -32,31 +30,6 @@ def built_and_written(evals: Path, base: Path, attempts: tuple[Attempt, ...] | N
     given = inputs(evals, attempts)
     built = build_report(given)
     return built, write_results(base, built, given.attempts, suite_files(given.suite), now_ms=NOW)
-
-
-def files_by_digest(root: Path) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for directory, _, names in os.walk(root):
-        for name in names:
-            path = Path(directory, name)
-            digest = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
-            found.setdefault(digest, []).append(path.relative_to(root).as_posix())
-    return found
-
-
-def artifact_refs(value: JsonValue) -> list[dict[str, Any]]:
-    """Every ArtifactRef-shaped object (`digest`, `size`, `media_type`) anywhere in a JSON value."""
-    found: list[dict[str, Any]] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if {"digest", "size", "media_type"} <= set(item):
-                found.append(item)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return found
 
 
 @pytest.fixture
@@ -104,22 +77,7 @@ def test_the_directory_holds_every_file_of_the_layout(evals: Path, tmp_path: Pat
 
 def test_every_artifact_ref_verifies_against_bytes_in_the_directory(evals: Path, tmp_path: Path) -> None:
     built, directory = built_and_written(evals, tmp_path / "results")
-    by_digest = files_by_digest(directory)
-    seen: set[str] = set()
-    pending: list[JsonValue] = [read(built.report_bytes)]
-    checked = 0
-    while pending:
-        for ref in artifact_refs(pending.pop()):
-            paths = by_digest.get(ref["digest"])
-            assert paths, f"nothing in the results directory has {ref}"
-            assert (directory / paths[0]).stat().st_size == ref["size"]
-            checked += 1
-            if ref["digest"] in seen:
-                continue
-            seen.add(ref["digest"])
-            if ref["media_type"] == "application/json":
-                # Walk into the documents a reference names: runs.json, suite.json, cases.json, locks…
-                pending.append(read((directory / paths[0]).read_bytes()))
+    checked, by_digest = verify_every_ref(directory, built.report_bytes)
     # report → suite → cases → case files; report → runs → trajectories and grades; the arms' documents.
     assert checked > 40
     report = built.report
