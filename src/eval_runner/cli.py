@@ -1,30 +1,206 @@
-"""The `eval-runner` command line. Thin: parsing and printing only; the work lives in the packages."""
+"""The `eval-runner` command line. Thin: parsing and printing only; the work lives in the packages.
+
+Each command is one `register_<name>(commands)` listed in `COMMANDS`: it adds its parser to the
+subcommands and sets `handler`, a function from the parsed arguments to the exit code. A command's
+logic lives in its own module (`eval run`: `local_eval`), its terminal rendering in `console`.
+
+Exit codes: 0 when the command did its work (for `eval run`: a finished suite, whatever the verdict);
+1 with one plain line on stderr for bad input or a host that cannot run it; 2 for a malformed command
+line (argparse); 130 when Ctrl-C stopped a suite (its partial report is still written and shown).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeAlias
+
+from rich.console import Console
 
 from eval_runner import __version__
+from eval_runner.console import ProgressView, result_paths, show_outcome
+from eval_runner.local_eval import (
+    CONCURRENCY_RANGE,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_KEY_ENV,
+    DEFAULT_OUT,
+    RUNS_RANGE,
+    EvalRunOptions,
+    LocalEvalError,
+    prepare,
+    run_blocking,
+    run_local,
+)
+
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Handler = Callable[[argparse.Namespace], int]
+PROG = "eval-runner"
+STOPPED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="eval-runner",
+        prog=PROG,
         description=(
             "The hosted eval runner: takes signed, encrypted job requests over a Nostr relay, runs an "
             "extension's test set with and without the extension in a sandbox, and answers with a verdict."
         ),
     )
-    parser.add_argument("--version", action="version", version=f"eval-runner {__version__}")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for register in COMMANDS:
+        register(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    parser.parse_args(argv)
-    parser.print_help()
-    return 0
+    args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 0
+    return handler(args)
+
+
+# --- eval ------------------------------------------------------------------------------------------
+
+
+def register_eval(commands: Commands) -> None:
+    """`eval run EXT_DIR …`: an extension's test set in both arms, on this computer."""
+    group = commands.add_parser(
+        "eval", help="run an extension's test set on this computer", description="Test an extension locally."
+    )
+    group.set_defaults(handler=_help_of(group))
+    actions = group.add_subparsers(title="eval commands", metavar="ACTION")
+    run = actions.add_parser(
+        "run",
+        help="run EXT_DIR's evals/ with and without the extension and print the verdict",
+        description=(
+            "Run the extension's evals/ test set with the extension (subject arm) and without it (baseline "
+            "arm), each run in a bubblewrap sandbox, grade every run, print the verdict table and write "
+            "report.json and report.html. Exits 0 on a finished run, whatever the verdict."
+        ),
+    )
+    run.add_argument("extension", metavar="EXT_DIR", type=Path, help="the extension directory (package.json)")
+    run.add_argument(
+        "--runs",
+        metavar="N",
+        type=_bounded(*RUNS_RANGE),
+        help="runs per case and arm, 1..10 (default: each case's own runs)",
+    )
+    run.add_argument(
+        "--agent",
+        metavar="PATH",
+        type=Path,
+        help="the agent both arms run (default: $EVAL_RUNNER_CODER, else the stand-in agent)",
+    )
+    run.add_argument(
+        "--model", metavar="NAME", help="the model the door is asked for (default: $CODER_MODEL, else stand-in)"
+    )
+    run.add_argument(
+        "--door-url", metavar="URL", help="a real model door (default: an offline stand-in door, started here)"
+    )
+    run.add_argument(
+        "--door-key-env",
+        metavar="NAME",
+        help=f"the environment variable holding the door's key (default {DEFAULT_KEY_ENV}); never pass a key itself",
+    )
+    run.add_argument(
+        "--concurrency",
+        metavar="N",
+        type=_bounded(*CONCURRENCY_RANGE),
+        default=DEFAULT_CONCURRENCY,
+        help=f"runs at once, 1..8 (default {DEFAULT_CONCURRENCY})",
+    )
+    run.add_argument(
+        "--out",
+        metavar="DIR",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"where results directories are made (default ./{DEFAULT_OUT})",
+    )
+    run.set_defaults(handler=_eval_run)
+
+
+def _eval_run(args: argparse.Namespace) -> int:
+    options = EvalRunOptions(
+        extension=args.extension,
+        runs=args.runs,
+        agent=args.agent,
+        door_url=args.door_url,
+        door_key_env=args.door_key_env,
+        model=args.model,
+        concurrency=args.concurrency,
+        out=args.out,
+    )
+    err = Console(stderr=True)
+    try:
+        local = prepare(options, os.environ)
+    except LocalEvalError as error:
+        return _refused(err, error)
+    for notice in local.notices:
+        _say(err, notice)
+    _say(
+        err,
+        f"testing {local.tool.name} ({local.tool.subject.slug}): {len(local.suite.cases)} cases, {local.planned} runs, "
+        f"at most {local.concurrency} at once",
+    )
+    try:
+        with ProgressView(local.planned, err) as progress:
+            outcome = run_blocking(
+                lambda cancel: run_local(local, on_progress=progress, cancel=cancel),
+                on_interrupt=lambda: _say(err, "stopping: no new runs start; Ctrl-C again to quit at once"),
+            )
+    except LocalEvalError as error:
+        return _refused(err, error)
+    except KeyboardInterrupt:
+        _say(err, "stopped; no report was written")
+        return STOPPED
+    show_outcome(Console(), outcome)
+    for line in result_paths(outcome.results_dir):
+        print(line, flush=True)
+    return STOPPED if outcome.cancelled else 0
+
+
+#: Every command, in the order `--help` lists them.
+COMMANDS: tuple[Callable[[Commands], None], ...] = (register_eval,)
+
+
+# --- small pieces ----------------------------------------------------------------------------------
+
+
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}")
+        return value
+
+    return parse
+
+
+def _help_of(parser: argparse.ArgumentParser) -> Handler:
+    def show(_: argparse.Namespace) -> int:
+        parser.print_help()
+        return 0
+
+    return show
+
+
+def _say(console: Console, line: str) -> None:
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _refused(console: Console, error: LocalEvalError) -> int:
+    _say(console, f"{PROG}: {error}")
+    return 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,378 @@
+"""`eval-runner eval run`: an extension's test set in both arms on this computer, the engine unchanged.
+
+The hosted runner and a local run share `engine.suite_run.run_suite`; what differs is who the run is by
+and which door and agent it uses, and those choices live here so the command line stays parsing and
+printing (`cli.py`, `console.py`).
+
+Local identity. A local run is not a hosted result and signs nothing, so it is by the *local key*:
+* suite author: the tool's own definition author (`tool.definition.author`: the package's publisher
+  when that is a 64-hex key, else the local key, 64 zeros, as `openagents ext eval` names it);
+* suite package `<tool slug>-tests`, component `suite` (the names `release` gives the hosted suite);
+* evaluator: the local key, 64 zeros (no runner key is involved);
+* `hosted = False`, so the report's reliance names no runner; no host name is recorded;
+* the subject's definition bytes are the package record's exact bytes (`tool.record`).
+
+Doors. With no `--door-url` the stand-in door (`engine.stand_in_door`, canned answers, no model) is
+started in-process on loopback with a fresh random key, and the command says so. With `--door-url` the
+key is read from the environment variable `--door-key-env` names (default `CODER_DOOR_KEY`), never from
+argv; a missing or empty key is bad input. The key travels only in `DoorSettings` (no repr), is scrubbed
+from every kept file by the engine, and is never printed. Judge graders ask the same door (runner.md
+§13.6); decision graders have no door locally and fail with the engine's "no decision door is
+configured".
+
+Agent. `--agent PATH`, else `$EVAL_RUNNER_CODER`, else the stand-in agent shipped with the engine
+(`engine/stand_in_agent.py`, which does no reasoning), and the command says which.
+
+The test set is the extension's `evals/` directory (runner.md "Case/test-set file format"; `release`
+publishes the same directory), whatever the package's optional `eval_dir` says, so a local result and a
+hosted one test the same cases. Operator grants are the hosted runner's (read and sandbox write).
+
+Confinement is probed first under the temp root; a host that cannot confine is bad input with the
+probe's reason, and nothing runs unconfined. The temp root is a fresh `er-XXXXXXXX` directory under
+`$EVAL_RUNNER_TMP` or `/tmp`, mode 0755 so the sandbox's uid 65534 can reach its run directories when we
+run as root, short enough for the door sockets beneath it (a Unix socket path is at most 107 bytes),
+and removed when the run ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import secrets
+import signal
+import stat
+import tempfile
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from eval_runner import engine
+from eval_runner.engine.catalog import LOCAL_KEY, PACKAGE_FILE, CatalogError, Tool, resolve_extension
+from eval_runner.engine.collect import remove_tree
+from eval_runner.engine.confinement import probe
+from eval_runner.engine.door_graders import Doors
+from eval_runner.engine.frontmatter import TestSetError
+from eval_runner.engine.grading_doors import OpenResponsesJudge
+from eval_runner.engine.report_build import ReportError
+from eval_runner.engine.results_dir import ResultsError
+from eval_runner.engine.sandbox import SANDBOX_UID, Unconfined
+from eval_runner.engine.stand_in_door import StandInDoor
+from eval_runner.engine.suite_run import (
+    DoorSettings,
+    ProgressCallback,
+    SuiteAuthor,
+    SuiteOutcome,
+    SuitePlan,
+    plan_attempts,
+    run_suite,
+)
+from eval_runner.engine.testset import Suite, load_suite
+
+#: Where the test set lives in an extension directory.
+EVALS_DIR = "evals"
+DEFAULT_KEY_ENV = "CODER_DOOR_KEY"
+DEFAULT_MODEL = "stand-in"
+DEFAULT_OUT = Path("eval-results")
+DEFAULT_CONCURRENCY = 4
+RUNS_RANGE = (1, 10)
+CONCURRENCY_RANGE = (1, 8)
+#: The suite component a local run names (`<author>:<slug>-tests/suite`).
+COMPONENT = "suite"
+#: The longest temp root whose door sockets fit: `<root>/oa-eval-XXXXXXXX/door/decision` ≤ 107 bytes.
+MAX_TEMP_ROOT_BYTES = 107 - len("/oa-eval-XXXXXXXX/door/decision")
+STAND_IN_AGENT = Path(engine.__file__).with_name("stand_in_agent.py")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_T = TypeVar("_T")
+
+
+class LocalEvalError(Exception):
+    """Bad input or a host that cannot run the suite; `str()` is one plain line for a person."""
+
+    def __init__(self, message: str) -> None:
+        self.message = " ".join(message.split())
+        super().__init__(self.message)
+
+
+@dataclass(frozen=True, slots=True)
+class EvalRunOptions:
+    """What `eval run` was asked, before anything is checked. `runs` None: each case's own runs."""
+
+    extension: Path
+    runs: int | None = None
+    agent: Path | None = None
+    door_url: str | None = None
+    door_key_env: str | None = None
+    model: str | None = None
+    concurrency: int = DEFAULT_CONCURRENCY
+    out: Path = DEFAULT_OUT
+
+
+@dataclass(frozen=True, slots=True)
+class LocalEval:
+    """A checked local run, ready to start: the tool, its suite, the agent, the door and the options.
+
+    `door` is None for the in-process stand-in door; `notices` are what the person should know before it
+    starts (stand-in door, stand-in agent), one line each, for stderr.
+    """
+
+    tool: Tool
+    suite: Suite
+    agent: Path
+    door: DoorSettings | None
+    model: str
+    runs: int | None
+    concurrency: int
+    results_base: Path
+    temp_base: Path
+    notices: tuple[str, ...] = field(default=())
+
+    @property
+    def planned(self) -> int:
+        """Attempts this run will make (both arms, every repeat): the progress total."""
+        return len(plan_attempts(self.suite, self.tool.subject, self.runs))
+
+    @property
+    def author(self) -> SuiteAuthor:
+        """The local identity (module docstring)."""
+        return SuiteAuthor(
+            author=self.tool.definition.author,
+            package=f"{self.tool.subject.slug}-tests",
+            component=COMPONENT,
+            evaluator=LOCAL_KEY,
+        )
+
+    def plan(self, door: DoorSettings, temp_root: Path) -> SuitePlan:
+        """The engine's plan for this run through `door`, with run directories under `temp_root`."""
+        return SuitePlan(
+            suite=self.suite,
+            subject=self.tool.subject,
+            agent=self.agent,
+            door=door,
+            author=self.author,
+            temp_root=temp_root,
+            results_base=self.results_base,
+            runs=self.runs,
+            concurrency=self.concurrency,
+            subject_definition=self.tool.record,
+            hosted=False,
+        )
+
+
+def prepare(options: EvalRunOptions, environ: Mapping[str, str]) -> LocalEval:
+    """Check everything that can be checked before a sandbox starts; `environ` is the process environment.
+
+    Raises:
+        LocalEvalError: a directory that is not an extension, a test set that does not load, an agent
+            that is not an executable file, a door URL or key that is missing or malformed, or an option
+            out of range.
+    """
+    _in_range("--runs", options.runs, RUNS_RANGE)
+    _in_range("--concurrency", options.concurrency, CONCURRENCY_RANGE)
+    tool = _tool(options.extension)
+    suite = _suite(Path(os.path.abspath(tool.root)) / EVALS_DIR)
+    notices: list[str] = []
+    agent = _agent(options.agent, environ, notices)
+    model = options.model or environ.get("CODER_MODEL") or DEFAULT_MODEL
+    door = _door_settings(options, environ, model, notices)
+    out = Path(os.path.abspath(options.out))
+    if out.exists() and not out.is_dir():
+        raise LocalEvalError(f"--out {out} is not a directory")
+    temp_base = Path(environ.get("EVAL_RUNNER_TMP") or "/tmp")  # noqa: S108 - a short base; see the docstring
+    if not temp_base.is_dir():
+        raise LocalEvalError(f"EVAL_RUNNER_TMP={temp_base} is not a directory")
+    return LocalEval(
+        tool=tool,
+        suite=suite,
+        agent=agent,
+        door=door,
+        model=model,
+        runs=options.runs,
+        concurrency=options.concurrency,
+        results_base=out,
+        temp_base=temp_base,
+        notices=tuple(notices),
+    )
+
+
+async def run_local(
+    local: LocalEval,
+    *,
+    on_progress: ProgressCallback | None = None,
+    cancel: asyncio.Event | None = None,
+    bwrap: str | None = None,
+) -> SuiteOutcome:
+    """Probe confinement, open the door (the stand-in when none was given) and run the suite.
+
+    `bwrap` overrides where bubblewrap is looked for. Raises `LocalEvalError` when the host cannot
+    confine runs (nothing is run) or the results cannot be written.
+    """
+    async with _temp_root(local.temp_base) as temp_root:
+        confinement = await probe(temp_root, bwrap=bwrap)
+        if isinstance(confinement, Unconfined):
+            raise LocalEvalError(f"this host cannot confine the agent's runs, so nothing ran: {confinement.reason}")
+        try:
+            await asyncio.to_thread(local.results_base.mkdir, parents=True, exist_ok=True)
+        except OSError as error:
+            raise LocalEvalError(f"--out {local.results_base}: {error.strerror or error}") from None
+        async with _open_door(local) as door:
+            doors = Doors(judge=OpenResponsesJudge(door.url, door.key, door.model))
+            try:
+                return await run_suite(
+                    local.plan(door, temp_root),
+                    confinement=confinement,
+                    doors=doors,
+                    on_progress=on_progress,
+                    cancel=cancel,
+                )
+            except (ReportError, ResultsError) as error:
+                raise LocalEvalError(f"the run finished but its results could not be written: {error}") from None
+            except OSError as error:
+                raise LocalEvalError(f"the run could not go on: {error.strerror or error}") from None
+
+
+def run_blocking(
+    work: Callable[[asyncio.Event], Coroutine[Any, Any, _T]],
+    *,
+    on_interrupt: Callable[[], None] | None = None,
+) -> _T:
+    """Run `work(cancel)` on a fresh event loop. The first Ctrl-C sets `cancel` (the suite stops
+    starting runs and writes a partial report) and calls `on_interrupt`; a second one interrupts at
+    once (`KeyboardInterrupt`)."""
+
+    async def main() -> _T:
+        cancel = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            cancel.set()
+            loop.remove_signal_handler(signal.SIGINT)
+            if on_interrupt is not None:
+                on_interrupt()
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, stop)
+        try:
+            return await work(cancel)
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGINT)
+
+    return asyncio.run(main())
+
+
+# --- checking the input --------------------------------------------------------------------------
+
+
+def _in_range(flag: str, value: int | None, bounds: tuple[int, int]) -> None:
+    if value is not None and not bounds[0] <= value <= bounds[1]:
+        raise LocalEvalError(f"{flag} must be from {bounds[0]} to {bounds[1]}")
+
+
+def _tool(directory: Path) -> Tool:
+    root = Path(os.path.abspath(directory))
+    if not root.is_dir():
+        raise LocalEvalError(f"{root} is not a directory")
+    if not (root / PACKAGE_FILE).is_file():
+        raise LocalEvalError(f"{root} is not an extension directory: it has no {PACKAGE_FILE}")
+    try:
+        return resolve_extension(root)
+    except CatalogError as error:
+        raise LocalEvalError(f"{root} does not resolve as an extension: {error.message}") from None
+
+
+def _suite(evals: Path) -> Suite:
+    try:
+        return load_suite(evals)
+    except TestSetError as error:
+        file = Path(error.file)
+        where = str(file if file.is_absolute() else evals / file)
+        if error.line is not None:
+            where += f":{error.line}"
+        raise LocalEvalError(f"the test set does not load: {where}: {error.message}") from None
+
+
+def _agent(given: Path | None, environ: Mapping[str, str], notices: list[str]) -> Path:
+    if given is not None:
+        return _executable(given, "--agent")
+    from_env = environ.get("EVAL_RUNNER_CODER")
+    if from_env:
+        return _executable(Path(from_env), "EVAL_RUNNER_CODER")
+    notices.append(
+        f"agent: the stand-in agent ({STAND_IN_AGENT}), which does no reasoning; "
+        "pass --agent PATH or set EVAL_RUNNER_CODER to run a real agent"
+    )
+    return _executable(STAND_IN_AGENT, "the stand-in agent")
+
+
+def _executable(path: Path, what: str) -> Path:
+    absolute = Path(os.path.abspath(path))
+    if not absolute.is_file() or not os.access(absolute, os.X_OK):
+        raise LocalEvalError(f"{what} {absolute} is not an executable file")
+    return absolute
+
+
+def _door_settings(
+    options: EvalRunOptions, environ: Mapping[str, str], model: str, notices: list[str]
+) -> DoorSettings | None:
+    key_env = options.door_key_env
+    if key_env is not None and not _ENV_NAME.fullmatch(key_env):
+        raise LocalEvalError(f"--door-key-env {key_env!r} is not an environment variable name")
+    if options.door_url is None:
+        if key_env is not None:
+            raise LocalEvalError("--door-key-env names the key of a real door; give its --door-url too")
+        notices.append(
+            "door: an offline stand-in with canned answers, not a model; to use a real door pass "
+            f"--door-url URL --door-key-env NAME (the key is read from $NAME, default {DEFAULT_KEY_ENV})"
+        )
+        return None
+    url = options.door_url.strip()
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise LocalEvalError(f"--door-url {url!r} is not an http or https URL with a host")
+    name = key_env or DEFAULT_KEY_ENV
+    key = environ.get(name, "")
+    if not key.strip():
+        raise LocalEvalError(f"the door key is missing: set ${name} (--door-key-env names the variable)")
+    return DoorSettings(url=url.rstrip("/"), key=key, model=model)
+
+
+# --- the run's surroundings ----------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _temp_root(base: Path) -> AsyncIterator[Path]:
+    try:
+        made = Path(tempfile.mkdtemp(prefix="er-", dir=base)).resolve()
+    except OSError as error:
+        raise LocalEvalError(f"cannot make a temp directory in {base}: {error.strerror or error}") from None
+    try:
+        if len(os.fsencode(made)) > MAX_TEMP_ROOT_BYTES:
+            raise LocalEvalError(
+                f"the temp directory {made} is too long for the run's door sockets "
+                f"(at most {MAX_TEMP_ROOT_BYTES} bytes); point EVAL_RUNNER_TMP at a shorter path"
+            )
+        os.chmod(made, 0o755)  # noqa: S103 - the sandbox's uid must reach its run directories
+        if os.geteuid() == 0:
+            closed = next((path for path in made.parents if not os.stat(path).st_mode & stat.S_IXOTH), None)
+            if closed is not None:
+                raise LocalEvalError(
+                    f"the sandbox's user (uid {SANDBOX_UID}) cannot reach {made}: {closed} is not searchable "
+                    "by others; point EVAL_RUNNER_TMP at a directory it can reach, such as one under /tmp"
+                )
+        yield made
+    finally:
+        await asyncio.to_thread(remove_tree, made)
+
+
+@contextlib.asynccontextmanager
+async def _open_door(local: LocalEval) -> AsyncIterator[DoorSettings]:
+    if local.door is not None:
+        yield local.door
+        return
+    key = secrets.token_urlsafe(32)
+    async with StandInDoor(key) as door:
+        yield DoorSettings(url=door.url, key=key, model=local.model)

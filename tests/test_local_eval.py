@@ -1,0 +1,266 @@
+"""`eval run`'s logic (`local_eval`): what is checked before anything runs, the local identity, the door and
+agent it picks, a host that cannot confine, the temp root it makes and removes, and a stopped suite.
+Runs use real bubblewrap; the command line itself is tested in tests/test_cli.py."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eval_runner.contracts.report import Report
+from eval_runner.engine.catalog import LOCAL_KEY, resolve_extension
+from eval_runner.engine.collect import remove_tree
+from eval_runner.engine.suite_run import DoorSettings, ProgressEvent
+from eval_runner.local_eval import (
+    DEFAULT_KEY_ENV,
+    MAX_TEMP_ROOT_BYTES,
+    STAND_IN_AGENT,
+    EvalRunOptions,
+    LocalEval,
+    LocalEvalError,
+    prepare,
+    run_blocking,
+    run_local,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "codebase-brief"
+KEY = "local-eval-test-door-key-5c1e"
+
+
+@pytest.fixture
+def temp_base() -> Iterator[Path]:
+    """A short base under /tmp the sandbox user can search, for `EVAL_RUNNER_TMP`."""
+    base = Path(tempfile.mkdtemp(prefix="er-t-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    yield base
+    remove_tree(base)
+
+
+def env(**values: str) -> dict[str, str]:
+    """A process environment holding only `values`."""
+    return values
+
+
+def options(**changes: Any) -> EvalRunOptions:
+    return replace(EvalRunOptions(extension=EXAMPLE), **changes)
+
+
+def copy_example(tmp_path: Path) -> Path:
+    target = tmp_path / "ext"
+    shutil.copytree(EXAMPLE, target)
+    return target
+
+
+def executable(path: Path) -> Path:
+    path.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+    path.chmod(0o755)
+    return path
+
+
+# --- before anything runs --------------------------------------------------------------------------
+
+
+def test_the_local_identity_is_the_tools_author_and_the_local_key(tmp_path: Path) -> None:
+    local = prepare(options(runs=2, out=tmp_path / "out"), env())
+    tool = resolve_extension(EXAMPLE)
+    plan = local.plan(DoorSettings("http://127.0.0.1:1", KEY, local.model), tmp_path)
+    assert plan.author.author == tool.definition.author == LOCAL_KEY
+    assert plan.author.package == "codebase-brief-tests"
+    assert plan.author.component == "suite"
+    assert plan.author.evaluator == "0" * 64
+    assert plan.author.suite_release is None
+    assert plan.author.requester is None
+    assert plan.hosted is False
+    assert plan.subject_definition == tool.record
+    assert (plan.runs, plan.concurrency) == (2, 4)
+    assert plan.results_base == (tmp_path / "out").resolve()
+    assert [case.name for case in local.suite.cases] == ["greeting", "overview"]
+    assert local.planned == 2 * 2 * 2
+
+
+def test_with_nothing_given_the_stand_ins_are_used_and_said(tmp_path: Path) -> None:
+    local = prepare(options(), env())
+    assert local.agent == STAND_IN_AGENT
+    assert local.door is None
+    assert local.model == "stand-in"
+    assert local.runs is None
+    said = " ".join(local.notices)
+    for words in ("stand-in agent", "EVAL_RUNNER_CODER", "offline stand-in", "--door-url URL --door-key-env NAME"):
+        assert words in said
+
+
+def test_the_agent_and_model_come_from_the_environment(tmp_path: Path) -> None:
+    coder = executable(tmp_path / "coder")
+    local = prepare(options(), env(EVAL_RUNNER_CODER=str(coder), CODER_MODEL="some/model"))
+    assert local.agent == coder
+    assert local.model == "some/model"
+    assert not any("agent" in notice for notice in local.notices)
+    given = executable(tmp_path / "given")
+    chosen = prepare(options(agent=given, model="m2"), env(EVAL_RUNNER_CODER=str(coder), CODER_MODEL="x"))
+    assert (chosen.agent, chosen.model) == (given, "m2")
+
+
+def test_a_real_door_takes_its_key_from_the_named_variable_and_never_shows_it() -> None:
+    local = prepare(options(door_url="https://door.example/", door_key_env="MY_KEY"), env(MY_KEY=KEY))
+    assert local.door == DoorSettings("https://door.example", KEY, "stand-in")
+    assert not any("stand-in with canned answers" in notice for notice in local.notices)
+    assert KEY not in repr(local)
+    default = prepare(options(door_url="http://127.0.0.1:9"), {DEFAULT_KEY_ENV: KEY})
+    assert default.door == DoorSettings("http://127.0.0.1:9", KEY, "stand-in")
+
+
+@pytest.mark.parametrize(
+    ("changes", "environ", "said"),
+    [
+        ({"door_url": "http://127.0.0.1:9"}, {}, f"the door key is missing: set ${DEFAULT_KEY_ENV}"),
+        ({"door_url": "http://127.0.0.1:9", "door_key_env": "K"}, {"K": "  "}, "the door key is missing: set $K"),
+        ({"door_key_env": "K"}, {"K": KEY}, "give its --door-url too"),
+        ({"door_url": "http://h", "door_key_env": "NOT-A-NAME"}, {}, "is not an environment variable name"),
+        ({"door_url": "ftp://h"}, {DEFAULT_KEY_ENV: KEY}, "is not an http or https URL"),
+        ({"door_url": "https://h/?key=1"}, {DEFAULT_KEY_ENV: KEY}, "is not an http or https URL"),
+        ({"runs": 11}, {}, "--runs must be from 1 to 10"),
+        ({"concurrency": 0}, {}, "--concurrency must be from 1 to 8"),
+        ({}, {"EVAL_RUNNER_CODER": "/no/such/coder"}, "EVAL_RUNNER_CODER /no/such/coder is not an executable file"),
+        ({}, {"EVAL_RUNNER_TMP": "/no/such/dir"}, "EVAL_RUNNER_TMP=/no/such/dir is not a directory"),
+        ({"extension": Path("/no/such/ext")}, {}, "/no/such/ext is not a directory"),
+        ({"extension": Path("/tmp")}, {}, "/tmp is not an extension directory: it has no package.json"),
+    ],
+)
+def test_bad_input_is_one_plain_line(changes: dict[str, object], environ: dict[str, str], said: str) -> None:
+    with pytest.raises(LocalEvalError) as caught:
+        prepare(options(**changes), environ)
+    assert said in str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert KEY not in str(caught.value)
+
+
+def test_an_agent_that_is_not_executable_is_refused(tmp_path: Path) -> None:
+    plain = tmp_path / "coder"
+    plain.write_text("#!/bin/sh\n", encoding="utf-8")
+    plain.chmod(0o644)
+    with pytest.raises(LocalEvalError, match=f"^--agent {plain} is not an executable file$"):
+        prepare(options(agent=plain), env())
+    with pytest.raises(LocalEvalError, match=f"^--agent {tmp_path} is not an executable file$"):
+        prepare(options(agent=tmp_path), env())
+
+
+def test_a_package_that_does_not_resolve_names_the_directory(tmp_path: Path) -> None:
+    ext = copy_example(tmp_path)
+    (ext / "package.json").write_text('{"v": 1, "slug": "Not A Slug"}', encoding="utf-8")
+    with pytest.raises(LocalEvalError, match=r"ext does not resolve as an extension: .*package\.json"):
+        prepare(options(extension=ext), env())
+
+
+def test_a_test_set_that_does_not_load_names_the_file_and_key(tmp_path: Path) -> None:
+    ext = copy_example(tmp_path)
+    prompt = ext / "evals" / "overview" / "prompt.md"
+    prompt.write_text(prompt.read_text().replace('kind = "should-fire"', 'kind = "should-fire"\ncolour = "red"'))
+    with pytest.raises(LocalEvalError) as caught:
+        prepare(options(extension=ext), env())
+    message = str(caught.value)
+    assert message.startswith(f"the test set does not load: {prompt}: unknown key `colour`")
+
+
+def test_an_extension_without_evals_says_there_are_no_tests(tmp_path: Path) -> None:
+    ext = copy_example(tmp_path)
+    shutil.rmtree(ext / "evals")
+    with pytest.raises(LocalEvalError, match="there are no tests yet"):
+        prepare(options(extension=ext), env())
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+
+def local_for(tmp_path: Path, temp_base: Path, **changes: object) -> LocalEval:
+    return prepare(options(out=tmp_path / "results", **changes), env(EVAL_RUNNER_TMP=str(temp_base)))
+
+
+async def test_a_host_that_cannot_confine_runs_nothing(tmp_path: Path, temp_base: Path) -> None:
+    local = local_for(tmp_path, temp_base)
+    with pytest.raises(LocalEvalError, match=r"cannot confine the agent's runs, so nothing ran: .*not installed"):
+        await run_local(local, bwrap="/no/such/bwrap")
+    assert not (tmp_path / "results").exists()
+    assert list(temp_base.iterdir()) == []
+
+
+async def test_a_temp_root_too_long_for_the_door_sockets_is_refused(tmp_path: Path, temp_base: Path) -> None:
+    deep = temp_base / ("d" * (MAX_TEMP_ROOT_BYTES - len(str(temp_base))))
+    deep.mkdir()
+    local = local_for(tmp_path, deep)
+    with pytest.raises(LocalEvalError, match="too long for the run's door sockets"):
+        await run_local(local)
+    assert list(deep.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root runner drops to the sandbox's uid")
+async def test_a_temp_root_the_sandbox_user_cannot_reach_is_refused(tmp_path: Path, temp_base: Path) -> None:
+    closed = temp_base / "closed"
+    (closed / "inner").mkdir(parents=True)
+    closed.chmod(0o700)
+    local = local_for(tmp_path, closed / "inner")
+    with pytest.raises(LocalEvalError, match=f"cannot reach {closed}/inner/er-.*: {closed} is not searchable"):
+        await run_local(local)
+    assert list((closed / "inner").iterdir()) == []
+
+
+async def test_a_run_stopped_before_it_starts_writes_a_partial_report(tmp_path: Path, temp_base: Path) -> None:
+    local = local_for(tmp_path, temp_base, runs=1)
+    stop = asyncio.Event()
+    stop.set()
+    seen: list[ProgressEvent] = []
+    outcome = await run_local(local, on_progress=seen.append, cancel=stop)
+    assert outcome.cancelled
+    assert seen == []
+    assert outcome.results_dir.parent == (tmp_path / "results").resolve()
+    report = Report.parse_bytes((outcome.results_dir / "report.json").read_bytes())
+    assert report.verdict.value == "inconclusive"
+    assert report.coverage.subject.cancelled == 2
+    assert outcome.built.limitations.partial == "the operator stopped the run"
+    assert list(temp_base.iterdir()) == []
+
+
+async def test_a_run_through_the_stand_in_door_grades_both_arms(tmp_path: Path, temp_base: Path) -> None:
+    local = local_for(tmp_path, temp_base, runs=2, concurrency=2)
+    seen: list[ProgressEvent] = []
+    outcome = await run_local(local, on_progress=seen.append)
+    assert not outcome.cancelled
+    finished = [event for event in seen if type(event).__name__ == "Finished"]
+    assert len(finished) == local.planned == 8
+    assert outcome.built.decision.verdict.word == "Better"
+    report = Report.parse_bytes((outcome.results_dir / "report.json").read_bytes())
+    assert report.ext_eval.reliance is not None
+    assert report.ext_eval.reliance.runner is None  # hosted = False
+    assert report.evaluator == LOCAL_KEY
+    assert list(temp_base.iterdir()) == []
+
+
+def test_the_first_interrupt_stops_the_suite_and_a_second_one_quits_at_once() -> None:
+    told: list[str] = []
+
+    async def stopped(cancel: asyncio.Event) -> str:
+        os.kill(os.getpid(), signal.SIGINT)
+        await cancel.wait()
+        return "stopped"
+
+    assert run_blocking(stopped, on_interrupt=lambda: told.append("stopping")) == "stopped"
+    assert told == ["stopping"]
+
+    async def stuck(cancel: asyncio.Event) -> str:
+        os.kill(os.getpid(), signal.SIGINT)
+        await cancel.wait()
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.Event().wait()
+        return "never"
+
+    with pytest.raises(KeyboardInterrupt):
+        run_blocking(stuck)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
