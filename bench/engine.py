@@ -181,6 +181,7 @@ async def main(turns: int) -> None:
                 f"{'root (uid drop through setpriv)' if os.geteuid() == 0 else 'not root'}, "
                 f"bubblewrap {confinement.bwrap}"
             )
+            print(f"load     {' '.join(f'{value:.2f}' for value in os.getloadavg())} (1, 5, 15 min) before the runs")
             await overhead(root, confinement, door, turns)
             await throughput(root, confinement, door)
     finally:
