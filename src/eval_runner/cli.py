@@ -34,6 +34,10 @@ from eval_runner.local_eval import (
     run_blocking,
     run_local,
 )
+from eval_runner.service.check import check_main
+from eval_runner.service.keyfile import pubkey_main
+from eval_runner.service.serve import serve_main
+from eval_runner.service.usage import usage_main
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Handler = Callable[[argparse.Namespace], int]
@@ -166,8 +170,62 @@ def _eval_run(args: argparse.Namespace) -> int:
     return STOPPED if outcome.cancelled else 0
 
 
+# --- the service (runner.md §3) --------------------------------------------------------------------
+#
+# `serve`, `check`, `pubkey` and `usage` take their arguments as the reference does: the first three ignore
+# them, `usage` reads its own (`--since`, `--by`, `--json`, `--dir`; a wrong one is `eval-runner: …`, exit
+# 1). So argparse hands them over raw (their parsers treat no word as an option) and never answers them
+# with its own usage error; `-h` or `--help` alone prints the command's help. Exit codes: 0, or 1 with
+# `eval-runner: <error>` on stderr.
+
+ServiceMain = Callable[..., int]
+
+
+def register_serve(commands: Commands) -> None:
+    _service_command(
+        commands, "serve", "run the hosted runner: take requests from the relay and answer them", serve_main
+    )
+
+
+def register_check(commands: Commands) -> None:
+    _service_command(commands, "check", "validate the configuration and print what serve would run", check_main)
+
+
+def register_pubkey(commands: Commands) -> None:
+    _service_command(commands, "pubkey", "print the runner's public key", pubkey_main)
+
+
+def register_usage(commands: Commands) -> None:
+    _service_command(
+        commands,
+        "usage",
+        "the usage log by day, key, action, subject or outcome: "
+        "usage [--since YYYY-MM-DD] [--by key|action|subject|day|outcome] [--json] [--dir DIR]",
+        usage_main,
+    )
+
+
+def _service_command(commands: Commands, name: str, summary: str, main: ServiceMain) -> None:
+    parser = commands.add_parser(name, help=summary, description=summary, prefix_chars="+", add_help=False)
+    parser.add_argument("arguments", nargs="*", help=argparse.SUPPRESS)
+
+    def run(args: argparse.Namespace) -> int:
+        if args.arguments in (["-h"], ["--help"]):
+            parser.print_help()
+            return 0
+        return int(main(list(args.arguments), stdout=sys.stdout, stderr=sys.stderr, environ=os.environ))
+
+    parser.set_defaults(handler=run)
+
+
 #: Every command, in the order `--help` lists them.
-COMMANDS: tuple[Callable[[Commands], None], ...] = (register_eval,)
+COMMANDS: tuple[Callable[[Commands], None], ...] = (
+    register_eval,
+    register_serve,
+    register_check,
+    register_pubkey,
+    register_usage,
+)
 
 
 # --- small pieces ----------------------------------------------------------------------------------
