@@ -1,0 +1,145 @@
+"""A runner killed mid-run, restarted over the same state: a retransmission is answered `unknown` and the
+run is never run again (runner.md §6, §21.1 item 5), all through real processes.
+
+`eval-runner serve` runs as a subprocess with its embedded relay on a fixed loopback port, the stand-in
+agent in real sandboxes and the stand-in door. The trainer's run has two cases, one run per arm, run one at
+a time: the greeting (which asks the door) and a case whose agent sleeps until stopped. Once the phone has
+seen two runs finished of four, the runner is SIGKILLed with the sleeping run in its sandbox. The restarted
+runner must answer the same body, sent again in a new event, `unknown`, and start nothing: no `running`
+line, no call at the door, no new file under its jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eval_runner.contracts.outputs import RunOutput
+from eval_runner.contracts.strict_json import JsonValue
+from eval_runner.engine.catalog import Catalog
+from eval_runner.engine.stand_in_door import StandInDoor
+from eval_runner.nostr import SecretKey
+from eval_runner.service.claims import key_name, key_of
+from tests.e2e.serve_process import DOOR_KEY, EXAMPLE, ServeProcess, free_port, runner_env, serving
+from tests.engine.sandboxed_runs import fresh_temp_root, host_confinement
+from tests.service.trainer_side import Trainer, asking_case, catalog_tool, draft, example_case, run_input
+
+STALLS = """+++
+v = "openagents.eval-case.v1"
+kind = "should-not-fire"
+
+[run]
+allowed_operations = ["read"]
+
+[run.env]
+OA_EVAL_FAKE = "sleep"
++++
+
+Say hello, then wait.
+"""
+STALLS_GRADER = '+++\ntype = "regex"\ntarget = "last_message"\n+++\n\nhello\n'
+
+
+@pytest.fixture
+def temp_root() -> Iterator[Path]:
+    host_confinement()
+    yield from fresh_temp_root()
+
+
+def definition() -> dict[str, JsonValue]:
+    return Catalog.load([EXAMPLE]).tools[0].definition.to_json()
+
+
+def stalling_run() -> dict[str, JsonValue]:
+    """The greeting (runs at once), then a case whose agent sleeps until it is stopped."""
+    found = definition()
+    stalls: dict[str, JsonValue] = {
+        "id": "stalls",
+        "kind": "should-not-fire",
+        "prompt": STALLS,
+        "graders": [{"name": "hello", "text": STALLS_GRADER}],
+    }
+    return run_input(found, draft(catalog_tool(found), [example_case("greeting"), stalls]), runs=1)
+
+
+def refused_at_once() -> dict[str, JsonValue]:
+    found = definition()
+    return run_input(found, draft(catalog_tool(found), [asking_case("shell", ["read", "exec"])]))
+
+
+def files_under(directory: Path) -> set[str]:
+    return {str(path.relative_to(directory)) for path in directory.rglob("*")}
+
+
+async def test_a_run_killed_mid_way_is_answered_unknown_after_a_restart_and_never_run_again(
+    tmp_path: Path, temp_root: Path
+) -> None:
+    phone = SecretKey.generate()
+    state = tmp_path / "state"
+    async with StandInDoor(DOOR_KEY) as door:
+        env = runner_env(
+            tmp_path, temp_root, door_url=door.url, listen=f"127.0.0.1:{free_port()}", EVAL_RUNNER_CONCURRENCY="1"
+        )
+        async with serving(env) as first:
+            runner, url = await first.runner(), await first.url()
+            async with Trainer(url, runner, phone) as trainer:
+                event, body = await trainer.run(stalling_run(), "req-killed")
+                notes = await trainer.progress(
+                    event, lambda notes: any(n.status == "running" and n.completed >= 2 for n in notes)
+                )
+                assert notes[-1].planned == 4
+                key = key_of(runner, phone.public_key().to_hex(), "req-killed", 1)
+                await first.wait_for(f"running {key_name(key)} for {phone.public_key().to_hex()[:12]}: 2 tests")
+                await first.kill()
+                assert trainer.sent[event.id].results == [], "the run was cut off before its result"
+        door_calls = len(door.calls)
+        assert door_calls >= 2, "the greeting's two runs asked the door"
+        jobs_before = files_under(state / "jobs")
+        assert f"{key_name(key)}/results" in jobs_before
+
+        async with serving(env) as restarted:
+            assert await restarted.runner() == runner
+            async with Trainer(url, runner, phone) as trainer:
+                again = trainer.execute_event(body)
+                await trainer.publish(again)
+                result = await trainer.result(again)
+                assert (result.outcome, result.dispatched, result.output) == ("unknown", True, None)
+                assert not result.has_code
+                assert trainer.sent[again.id].accepted == []
+                assert trainer.sent[again.id].progress == []
+                # A later request answered proves the runner went on; the interrupted one never started.
+                later, _ = await trainer.run(refused_at_once(), "req-later")
+                assert (await trainer.result(later)).code == "not_admitted"
+            await restarted.wait_for(f"refused {later.id[:12]}")
+            assert restarted.matching("running ") == [], restarted.text
+        assert len(door.calls) == door_calls, "nothing asked the door again"
+        assert files_under(state / "jobs") == jobs_before, "no run directory was made again"
+
+
+async def test_a_restart_keeps_the_embedded_relays_stored_events(tmp_path: Path, temp_root: Path) -> None:
+    """The embedded relay persists under the state: a sealed report stored before a crash is still there."""
+    phone = SecretKey.generate()
+    async with StandInDoor(DOOR_KEY) as door:
+        env = runner_env(tmp_path, temp_root, door_url=door.url, listen=f"127.0.0.1:{free_port()}")
+        async with serving(env) as first:
+            runner, url = await first.runner(), await first.url()
+            found = definition()
+            async with Trainer(url, runner, phone) as trainer:
+                event, _ = await trainer.run(
+                    run_input(found, draft(catalog_tool(found), [example_case("greeting")])), "req-sealed"
+                )
+                result = await trainer.result(event)
+                assert result.outcome == "completed"
+                assert isinstance(result.output, RunOutput)
+                sealed = result.output.sealed
+            await first.kill()
+        process = await ServeProcess.start(env)
+        try:
+            await process.wait_for("subscribed")
+            async with Trainer(url, runner, phone) as trainer:
+                _, envelope = await trainer.open_sealed(sealed)
+                assert envelope is not None
+        finally:
+            await process.close()
