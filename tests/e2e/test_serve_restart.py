@@ -1,5 +1,6 @@
 """A runner killed mid-run, restarted over the same state: a retransmission is answered `unknown` and the
-run is never run again (runner.md §6, §21.1 item 5), all through real processes.
+run is never run again (runner.md §6, §21.1 item 5), all through real processes; and a stop (SIGTERM)
+lets the run in flight finish, unless a second signal cuts it off.
 
 `eval-runner serve` runs as a subprocess with its embedded relay on a fixed loopback port, the stand-in
 agent in real sandboxes and the stand-in door. The trainer's run has two cases, one run per arm, run one at
@@ -11,17 +12,20 @@ line, no call at the door, no new file under its jobs.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from eval_runner.contracts.execution import ExecuteBody
 from eval_runner.contracts.outputs import RunOutput
 from eval_runner.contracts.strict_json import JsonValue
 from eval_runner.engine.catalog import Catalog
 from eval_runner.engine.stand_in_door import StandInDoor
-from eval_runner.nostr import SecretKey
+from eval_runner.nostr import Event, SecretKey
 from eval_runner.service.claims import key_name, key_of
+from eval_runner.service.serve import STOPPED, STOPPING
 from tests.e2e.serve_process import DOOR_KEY, EXAMPLE, ServeProcess, free_port, runner_env, serving
 from tests.engine.sandboxed_runs import fresh_temp_root, host_confinement
 from tests.service.trainer_side import Trainer, asking_case, catalog_tool, draft, example_case, run_input
@@ -32,6 +36,7 @@ kind = "should-not-fire"
 
 [run]
 allowed_operations = ["read"]
+deadline_seconds = {deadline}
 
 [run.env]
 OA_EVAL_FAKE = "sleep"
@@ -52,13 +57,13 @@ def definition() -> dict[str, JsonValue]:
     return Catalog.load([EXAMPLE]).tools[0].definition.to_json()
 
 
-def stalling_run() -> dict[str, JsonValue]:
-    """The greeting (runs at once), then a case whose agent sleeps until it is stopped."""
+def stalling_run(deadline: int = 300) -> dict[str, JsonValue]:
+    """The greeting (runs at once), then a case whose agent sleeps until stopped or its deadline."""
     found = definition()
     stalls: dict[str, JsonValue] = {
         "id": "stalls",
         "kind": "should-not-fire",
-        "prompt": STALLS,
+        "prompt": STALLS.replace("{deadline}", str(deadline)),
         "graders": [{"name": "hello", "text": STALLS_GRADER}],
     }
     return run_input(found, draft(catalog_tool(found), [example_case("greeting"), stalls]), runs=1)
@@ -67,6 +72,13 @@ def stalling_run() -> dict[str, JsonValue]:
 def refused_at_once() -> dict[str, JsonValue]:
     found = definition()
     return run_input(found, draft(catalog_tool(found), [asking_case("shell", ["read", "exec"])]))
+
+
+async def stalled(trainer: Trainer, deadline: int = 300) -> tuple[Event, ExecuteBody]:
+    """A stalling run sent, once the phone has seen the greeting's two runs finished (the stall has begun)."""
+    event, body = await trainer.run(stalling_run(deadline), f"req-stalled-{deadline}")
+    await trainer.progress(event, lambda notes: any(n.status == "running" and n.completed >= 2 for n in notes))
+    return event, body
 
 
 def files_under(directory: Path) -> set[str]:
@@ -143,3 +155,48 @@ async def test_a_restart_keeps_the_embedded_relays_stored_events(tmp_path: Path,
                 assert envelope is not None
         finally:
             await process.close()
+
+
+async def test_a_stop_lets_the_run_in_flight_finish_and_answer(tmp_path: Path, temp_root: Path) -> None:
+    async with StandInDoor(DOOR_KEY) as door:
+        env = runner_env(tmp_path, temp_root, door_url=door.url, listen="127.0.0.1:0", EVAL_RUNNER_CONCURRENCY="2")
+        async with serving(env) as process:
+            runner, url = await process.runner(), await process.url()
+            async with Trainer(url, runner) as trainer:
+                # Both arms of the stall begin once the greeting's are done, and end at its 3 s deadline.
+                event, _ = await stalled(trainer, deadline=3)
+                process.process.send_signal(signal.SIGTERM)
+                await process.wait_for(STOPPING)
+                assert trainer.sent[event.id].results == [], "the run was still in flight when the stop began"
+                result = await trainer.result(event)
+                assert result.outcome == "completed"
+            assert await process.exit_code() == 0
+    order = [process.lines.index(process.matching(fragment)[0]) for fragment in (STOPPING, "finished ", STOPPED)]
+    assert order == sorted(order), process.text
+    assert process.lines[-1] == STOPPED
+
+
+async def test_a_second_signal_cuts_the_run_off_and_a_restart_answers_it_unknown(
+    tmp_path: Path, temp_root: Path
+) -> None:
+    phone = SecretKey.generate()
+    async with StandInDoor(DOOR_KEY) as door:
+        env = runner_env(
+            tmp_path, temp_root, door_url=door.url, listen=f"127.0.0.1:{free_port()}", EVAL_RUNNER_CONCURRENCY="1"
+        )
+        async with serving(env) as process:
+            runner, url = await process.runner(), await process.url()
+            async with Trainer(url, runner, phone) as trainer:
+                event, body = await stalled(trainer)
+                process.process.send_signal(signal.SIGTERM)
+                await process.wait_for(STOPPING)
+                process.process.send_signal(signal.SIGTERM)
+                assert await process.exit_code() == 0
+                assert trainer.sent[event.id].results == []
+        assert process.lines[-1] == STOPPED
+        assert process.matching("finished ") == []
+        async with serving(env) as restarted, Trainer(url, runner, phone) as trainer:
+            again = trainer.execute_event(body)
+            await trainer.publish(again)
+            assert (await trainer.result(again)).outcome == "unknown"
+            assert restarted.matching("running ") == []

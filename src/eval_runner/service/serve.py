@@ -266,12 +266,11 @@ async def _listen(
 
     async def deliver(event: Event) -> None:
         # Tracked here so a stop waits for a request already handed over, not only for admitted runs.
+        # Shielded: a delivery task cancelled under it leaves the handling to finish, and the drain waits for it.
         handled = asyncio.ensure_future(pipeline.handle(event))
         handling.add(handled)
-        try:
-            await asyncio.shield(handled)
-        finally:
-            handling.discard(handled)
+        handled.add_done_callback(handling.discard)
+        await asyncio.shield(handled)
 
     def since() -> int:
         # One aggregate over this key's claims, read under the ledger's lock (held only for a commit's length).
