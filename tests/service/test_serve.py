@@ -23,10 +23,15 @@ from pathlib import Path
 
 import pytest
 
+import eval_runner.service.check as check_module
+import eval_runner.service.serve as serve_module
 from eval_runner.contracts.hosted import RUNNER
 from eval_runner.engine.catalog import Catalog
+from eval_runner.engine.sandbox import Unconfined
 from eval_runner.nostr import SecretKey
+from eval_runner.service.config import Config
 from eval_runner.service.ledger import Claim, Ledger, ledger_path
+from eval_runner.service.serve import ServeError
 from tests.e2e.serve_process import (
     AGENT,
     BOUND,
@@ -235,3 +240,24 @@ def test_the_service_commands_take_their_arguments_as_the_reference_does(tmp_pat
         1,
         f"eval-runner: the runner key {path}: No such file or directory (os error 2)\n",
     )
+
+
+async def test_an_unconfined_host_starts_nothing(
+    tmp_path: Path, temp_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host's sandbox backend is outside our control, so its verdict is stood in for here."""
+
+    async def stand_in_unconfined(root: Path, **_: object) -> Unconfined:
+        return Unconfined("bubblewrap is inoperable: no user namespaces")
+
+    monkeypatch.setattr(serve_module, "probe", stand_in_unconfined)
+    monkeypatch.setattr(check_module, "probe", stand_in_unconfined)
+    config = Config.from_env(env_for(tmp_path, temp_root))
+    said: list[str] = []
+    with pytest.raises(ServeError) as raised:
+        await serve_module.serve(config, log=said.append, stop=asyncio.Event())
+    assert str(raised.value) == "unconfined_host: bubblewrap is inoperable: no user namespaces"
+    assert said == []
+    assert not (tmp_path / "state").exists(), "no key, ledger or relay before the host is proven"
+    with pytest.raises(ServeError, match=r"^unconfined_host: bubblewrap is inoperable"):
+        await asyncio.to_thread(check_module.check, config)
