@@ -46,6 +46,7 @@ from eval_runner.contracts.hosted import (
 )
 from eval_runner.contracts.refs import EventRef
 from eval_runner.contracts.strict_json import JsonValue, canonical
+from eval_runner.engine.testset import load_case
 from eval_runner.nostr import (
     ClientEvent,
     Eose,
@@ -63,6 +64,7 @@ from eval_runner.nostr import (
     tag_values,
 )
 from eval_runner.service.relay import RelayClient, RelayConnection, RelayError
+from eval_runner.trainer_request import draft_case
 from tests.service.stand_in_relay import BOUND
 
 REQUEST_KIND = 25920
@@ -314,15 +316,10 @@ EXAMPLE_CASES = ("greeting", "overview")
 
 
 def example_case(name: str, *, kind: str | None = None) -> dict[str, JsonValue]:
-    """A draft case carrying the example's `evals/<name>` prompt and grader texts (fixtures stay behind)."""
-    case_dir = EXAMPLE / "evals" / name
-    prompt = (case_dir / "prompt.md").read_text(encoding="utf-8")
-    found = kind or ("should-not-fire" if "should-not-fire" in prompt else "should-fire")
-    graders: list[JsonValue] = [
-        {"name": path.stem, "text": path.read_text(encoding="utf-8")}
-        for path in sorted((case_dir / "graders").glob("*.md"))
-    ]
-    return {"id": name, "kind": found, "prompt": prompt, "graders": graders}
+    """A draft case carrying the example's `evals/<name>` prompt and grader texts (fixtures stay behind),
+    built as `eval-runner trainer run --suite` builds one (`eval_runner.trainer_request.draft_case`)."""
+    case, _ = draft_case(load_case(EXAMPLE / "evals" / name, name))
+    return case if kind is None else case | {"kind": kind}
 
 
 def asking_case(name: str, operations: list[str]) -> dict[str, JsonValue]:
