@@ -17,7 +17,7 @@ from eval_runner.nostr import SecretKey
 from tests.service.hosted_service import EXAMPLE, Service, hosted_service
 from tests.service.stand_in_relay import BOUND, local_relay
 
-COMMAND = (sys.executable, "-m", "eval_runner.trainer_cli")
+COMMAND = (sys.executable, "-m", "eval_runner.cli", "trainer")
 #: A subprocess starts Python and opens two relay connections; this bounds it as a failure bound only.
 WITHIN = 6 * BOUND
 FIXTURES_WARNING = (

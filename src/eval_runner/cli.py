@@ -38,6 +38,7 @@ from eval_runner.service.check import check_main
 from eval_runner.service.keyfile import pubkey_main
 from eval_runner.service.serve import serve_main
 from eval_runner.service.usage import usage_main
+from eval_runner.trainer_cli import register as register_trainer
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Handler = Callable[[argparse.Namespace], int]
@@ -225,6 +226,7 @@ COMMANDS: tuple[Callable[[Commands], None], ...] = (
     register_check,
     register_pubkey,
     register_usage,
+    register_trainer,  # trainer run|status|cancel (trainer_cli; a wrong command line there exits 64)
 )
 
 
