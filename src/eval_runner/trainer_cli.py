@@ -106,7 +106,8 @@ def register(commands: Commands) -> None:
     )
     subject = run.add_mutually_exclusive_group()
     subject.add_argument("--subject", metavar="DEFREF", help="the catalog tool's DefinitionRef (JSON, or a file)")
-    subject.add_argument("--extension", metavar="DIR", type=Path, help="the extension directory (package.json)")
+    alone = "the extension directory; alone, its evals/ are sent"
+    subject.add_argument("--extension", metavar="DIR", type=Path, help=alone)
     tests = run.add_mutually_exclusive_group()
     tests.add_argument("--draft", metavar="FILE", type=Path, help="an openagents.eval-draft.v1 file")
     tests.add_argument("--suite", metavar="DIR", type=Path, help="a local evals/ directory, sent as a draft")
@@ -563,16 +564,3 @@ def _say(console: Console, line: str) -> None:
 def _emit(value: Mapping[str, JsonValue]) -> None:
     sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
     sys.stdout.flush()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m eval_runner.trainer_cli ACTION …`: the trainer commands on their own."""
-    parser = argparse.ArgumentParser(prog="eval-runner")
-    register(parser.add_subparsers(metavar="COMMAND"))
-    args = parser.parse_args(["trainer", *(sys.argv[1:] if argv is None else argv)])
-    handler: Handler = args.handler
-    return handler(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
