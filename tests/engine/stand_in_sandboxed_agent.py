@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -193,12 +194,72 @@ def native_hog() -> None:
 
 
 def python_hog() -> None:
+    """One allocation of OA_EVAL_BYTES, zero-filled (so touched), then held until the runner ends it; a
+    refusal is handled by exiting."""
     try:
         hog = bytearray(int(os.environ["OA_EVAL_BYTES"]))
-        print("allocated", len(hog))
     except MemoryError:
         print("MemoryError")
         sys.exit(1)
+    print("allocated", len(hog), flush=True)
+    while True:
+        signal.pause()
+
+
+def _touch_steps(total: int, step: int) -> list[bytes]:
+    """Memory touched `step` bytes at a time up to `total` (or until refused), reporting the MiB held
+    after each step."""
+    held: list[bytes] = []
+    got = 0
+    try:
+        while got < total:
+            held.append(b"\xa5" * step)
+            got += step
+            os.write(1, f"{got >> 20}\n".encode())
+    except MemoryError:
+        os.write(1, b"MemoryError\n")
+    return held
+
+
+def step_hog() -> None:
+    """A hog that will not be told: it touches OA_EVAL_STEP bytes at a time up to OA_EVAL_BYTES (without
+    end when unset) and holds what it got, noting SIGTERM and going on. With a door, it first leaves a
+    TERM-proof child in a session of its own and says /ready."""
+
+    def noted(_signum: int, _frame: object) -> None:
+        os.write(1, b"term\n")
+
+    signal.signal(signal.SIGTERM, noted)
+    if "CODER_DOOR_URL" in os.environ:
+        child = _marked_child()
+        _door(f"/ready?child={child}")
+    held = _touch_steps(int(os.environ.get("OA_EVAL_BYTES", 1 << 62)), int(os.environ["OA_EVAL_STEP"]))
+    while held:
+        signal.pause()
+
+
+def modest() -> None:
+    """Touch OA_EVAL_BYTES in 4 MiB steps, hold it OA_EVAL_HOLD seconds (the runner measures meanwhile),
+    then exit."""
+    held = _touch_steps(int(os.environ["OA_EVAL_BYTES"]), 4 << 20)
+    time.sleep(float(os.environ["OA_EVAL_HOLD"]))
+    print("done", len(held))
+
+
+def split_hog() -> None:
+    """OA_EVAL_PROCESSES orphans (their parents exit, so pid 1 inherits them), each touching and holding
+    OA_EVAL_BYTES: every process stays under a budget the sum passes."""
+    for _ in range(int(os.environ["OA_EVAL_PROCESSES"])):
+        if os.fork() == 0:
+            if os.fork() == 0:
+                held = b"\xa5" * int(os.environ["OA_EVAL_BYTES"])
+                os.write(1, f"holding {len(held) >> 20}\n".encode())
+                while True:
+                    signal.pause()
+            os._exit(0)
+        os.wait()
+    while True:
+        signal.pause()
 
 
 def _marked_child() -> int:
@@ -309,6 +370,9 @@ ACTS: dict[str, Callable[[], None]] = {
     "fork-bomb": fork_bomb,
     "native-hog": native_hog,
     "python-hog": python_hog,
+    "step-hog": step_hog,
+    "modest": modest,
+    "split-hog": split_hog,
     "stubborn": stubborn,
     "polite": polite,
     "files": files,

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from eval_runner.engine.collect import remove_results_holding_secret, remove_tree, secret_in
-from eval_runner.engine.run import CODER_DOOR_PORT, DECISION_DOOR_PORT, errored
+from eval_runner.engine.run import CODER_DOOR_PORT, DECISION_DOOR_PORT, DoorSetup, RunOutcome, errored, run_once
 from eval_runner.engine.sandbox import Confinement, Limits
 from eval_runner.engine.testset import Operation
 from tests.engine.sandboxed_runs import (
@@ -28,6 +29,7 @@ from tests.engine.sandboxed_runs import (
     report,
     run_act,
     spec_for,
+    still_running,
 )
 from tests.engine.stand_in_door_proxy import StandInDoors
 
@@ -267,17 +269,101 @@ async def test_a_native_memory_hog_is_contained_and_the_run_ends_errored(
     assert max(reached) < limit_mib
 
 
-async def test_a_python_memory_hog_gets_no_memory_and_ends_on_its_own(
+async def test_a_python_memory_hog_that_touches_its_allocation_ends_memory_limit(
     confinement: Confinement, temp_root: Path
 ) -> None:
-    """A hog that handles the refusal exits by itself: contained, and `completed` as any exit is
-    (the exit code never decides an outcome)."""
-    spec = spec_for(
-        temp_root, "python-hog", env={"OA_EVAL_BYTES": str(1 << 30)}, limits=Limits(address_space=256 << 20)
-    )
+    """One allocation under the address-space backstop but over the budget: it would succeed, so the
+    runner's measure is what stops the run (the hog holds on, as a working agent would)."""
+    limits = Limits(memory=64 << 20, address_space=2 << 30)
+    spec = spec_for(temp_root, "python-hog", env={"OA_EVAL_BYTES": str(1 << 30)}, limits=limits)
+    record = await run_act(spec, confinement)
+    assert record.outcome == errored("memory_limit")
+    assert record.detail is not None
+    assert _held_mib(record.detail) >= 64
+
+
+async def test_an_allocation_beyond_the_backstop_holds_nothing_and_the_run_ends_as_the_agent_does(
+    confinement: Confinement, temp_root: Path
+) -> None:
+    """The one refusal the budget never sees: the allocation fails before any of it is resident, the
+    hog handles it and exits, and an exit is `completed` (the exit code never decides an outcome)."""
+    limits = Limits(memory=64 << 20, address_space=1 << 30)
+    spec = spec_for(temp_root, "python-hog", env={"OA_EVAL_BYTES": str(4 << 30)}, limits=limits)
     record = await run_act(spec, confinement)
     assert record.stdout == b"MemoryError\n"
     assert str(record.outcome) == "completed"
+
+
+async def test_a_memory_hog_over_its_budget_gets_sigterm_then_the_grace_then_sigkill(
+    confinement: Confinement, temp_root: Path
+) -> None:
+    """The hog stops growing between the budget and the ceiling and ignores SIGTERM: the run is stopped
+    as the deadline stops one, whatever the hog does about it."""
+    env = {"OA_EVAL_STEP": str(4 << 20), "OA_EVAL_BYTES": str(48 << 20)}
+    spec = spec_for(temp_root, "step-hog", env=env, limits=Limits(memory=64 << 20))
+    record = await run_act(spec, confinement)
+    assert record.outcome == errored("memory_limit")
+    lines = record.stdout.split()
+    assert b"term" in lines  # SIGTERM reached it and it stayed, so SIGKILL after the grace ended it
+    assert [int(line) for line in lines if line != b"term"][-1] == 48
+    assert record.detail is not None
+    assert 64 <= _held_mib(record.detail) < 96
+    assert processes_holding(str(temp_root)) == {}
+
+
+async def test_a_hog_that_keeps_growing_after_sigterm_is_killed_at_once_and_leaves_no_process(
+    confinement: Confinement, temp_root: Path
+) -> None:
+    """Grown to half again its budget while stopping, the sandbox gets SIGKILL without waiting for the
+    grace (an hour here: waiting for it would fail this test by its own timeout)."""
+    doors = StandInDoors()
+    limits = Limits(memory=64 << 20, address_space=1 << 30)
+    spec = spec_for(temp_root, "step-hog", env={"OA_EVAL_STEP": str(4 << 20)}, limits=limits)
+    setup = DoorSetup(coder=doors.coder)
+    running = asyncio.ensure_future(
+        run_once(spec, confinement=confinement, door=setup, cancel=asyncio.Event(), grace=3600)
+    )
+    ready = asyncio.ensure_future(doors.ready.wait())
+    await asyncio.wait({ready, running}, return_when=asyncio.FIRST_COMPLETED)
+    assert ready.done()
+    # bubblewrap, the bridge, the hog and its TERM-proof child in a session of its own.
+    inside = processes_holding(str(temp_root))
+    assert len(inside) >= 4
+    record = await asyncio.wait_for(running, 60)
+    assert record.outcome == errored("memory_limit")
+    assert record.detail is not None
+    assert _held_mib(record.detail) >= 64
+    assert still_running(inside) == []
+    assert processes_holding(str(temp_root)) == {}
+
+
+async def test_processes_each_under_the_budget_that_pass_it_together_end_memory_limit(
+    confinement: Confinement, temp_root: Path
+) -> None:
+    """Four orphans (pid 1 inherited them) of ~60 MiB each against a 128 MiB budget: the sandbox is
+    measured as a whole, not the agent's own process or any one process."""
+    env = {"OA_EVAL_PROCESSES": "4", "OA_EVAL_BYTES": str(48 << 20)}
+    spec = spec_for(temp_root, "split-hog", env=env, limits=Limits(memory=128 << 20))
+    record = await run_act(spec, confinement)
+    assert record.outcome == errored("memory_limit")
+    assert record.detail is not None
+    assert _held_mib(record.detail) >= 128  # no one process can hold more than ~60 MiB
+    assert processes_holding(str(temp_root)) == {}
+
+
+async def test_a_run_under_its_memory_budget_is_unaffected(confinement: Confinement, temp_root: Path) -> None:
+    """32 MiB held for half a second (ten measures) under a 128 MiB budget: the run ends as the agent does."""
+    env = {"OA_EVAL_BYTES": str(32 << 20), "OA_EVAL_HOLD": "0.5"}
+    record = await run_act(spec_for(temp_root, "modest", env=env, limits=Limits(memory=128 << 20)), confinement)
+    assert record.outcome == RunOutcome("completed")
+    assert record.stdout.split()[-3:] == [b"32", b"done", b"8"]
+
+
+def _held_mib(detail: str) -> int:
+    """The MiB (whole, rounded down) a `memory_limit` detail says the sandbox held."""
+    match = re.fullmatch(r"the sandbox's processes held (\d+) MiB, over the run's memory budget", detail)
+    assert match is not None, detail
+    return int(match.group(1))
 
 
 async def test_the_door_key_appears_in_no_kept_file(confinement: Confinement, temp_root: Path) -> None:

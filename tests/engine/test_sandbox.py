@@ -16,6 +16,7 @@ import pytest
 
 from eval_runner.engine.collect import remove_tree
 from eval_runner.engine.confinement import probe
+from eval_runner.engine.memory_watch import resident
 from eval_runner.engine.sandbox import (
     NETWORK_POLICY,
     Confinement,
@@ -279,6 +280,66 @@ async def _exit_of(pid: int) -> bool:
     finally:
         loop.remove_reader(pidfd)
         os.close(pidfd)
+
+
+_HOLDERS = r"""
+import os, sys
+held = b"a" * (32 << 20)
+for more in (16, 8):
+    if os.fork():
+        break
+    held += b"a" * (more << 20)
+os.write(1, b"ready\n")
+sys.stdin.read()
+"""
+
+
+async def test_resident_is_what_a_process_and_every_descendant_hold_and_nothing_once_gone() -> None:
+    """A process holding 32 MiB, its child 48 and its grandchild 56: the measure is their VmRSS summed."""
+    holders = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-S", "-c", _HOLDERS, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
+    assert holders.stdin is not None
+    assert holders.stdout is not None
+    try:
+        assert [await holders.stdout.readline() for _ in range(3)] == [b"ready\n"] * 3
+        tree = [holders.pid, *_descendants(holders.pid)]
+        assert len(tree) == 3
+        expected = sum(_vm_rss(pid) for pid in tree)
+        measured = resident(holders.pid)
+    finally:
+        holders.stdin.close()
+        await holders.wait()
+    assert expected >= (32 + 48 + 56) << 20
+    assert abs(measured - expected) <= 1 << 20
+    assert resident(holders.pid) == 0
+
+
+def _vm_rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as file:
+        line = next(line for line in file if line.startswith("VmRSS:"))
+    return int(line.split()[1]) << 10
+
+
+async def test_a_sandbox_over_its_memory_budget_is_stopped_and_says_what_it_held(
+    confinement: Confinement, temp_root: Path
+) -> None:
+    """SIGTERM (whose default action ends this agent) comes first, as at the deadline."""
+    hog = "import signal\nheld = b'a' * (40 << 20)\nsignal.pause()"
+    limits = Limits(memory=48 << 20)
+    ended = await _run(confinement, _launch(temp_root, (confinement.python, "-I", "-S", "-c", hog), limits=limits))
+    assert (ended.stop, ended.signal) == (Stop.MEMORY, signal.SIGTERM)
+    assert ended.memory is not None
+    assert 48 << 20 < ended.memory < 72 << 20  # under the ceiling, or SIGKILL could have come first
+
+
+def test_the_memory_budget_is_the_runners_and_the_address_space_backstop_is_above_it() -> None:
+    limits = Limits()
+    assert limits.memory < limits.address_space
+    assert [option for option in limits.bridge_options(60) if option.startswith("limit:as=")] == [
+        f"limit:as={limits.address_space}:{limits.address_space}"
+    ]
+    assert not [option for option in limits.bridge_options(60) if str(limits.memory) in option]
 
 
 def test_the_cpu_limit_is_the_deadline_plus_the_margin() -> None:

@@ -23,7 +23,9 @@ Outcomes: `completed`; `cancelled`; `errored(<reason>)` with the reference's rea
 be set up, or a grant the sandbox cannot honour: `network`), and ours: `crashed` (the agent's own
 process was killed by a signal the runner did not send: a segfault, an abort on a failed allocation
 under the address-space limit, SIGXCPU; the reference ignores how the agent exited, but such a turn did
-not finish), `spawn_failed` (the agent could not be executed) and `sandbox_failed` (bubblewrap or the
+not finish), `memory_limit` (the sandbox's processes together held more than `Limits.memory` when the
+runner measured them, so it stopped the sandbox; what the agent did about a refused allocation does not
+matter), `spawn_failed` (the agent could not be executed) and `sandbox_failed` (bubblewrap or the
 bridge failed; its message is in the record's stderr). An exit code alone never makes a run errored.
 """
 
@@ -325,6 +327,9 @@ def _outcome(ended: Ended, auth_failed: bool) -> tuple[RunOutcome, str | None]:
         return errored("timeout"), None
     if ended.stop is Stop.CANCELLED:
         return CANCELLED, None
+    if ended.stop is Stop.MEMORY:
+        held = (ended.memory or 0) >> 20
+        return errored("memory_limit"), f"the sandbox's processes held {held} MiB, over the run's memory budget"
     if not ended.agent_started:
         if (ended.status or "").startswith("nostart "):
             return errored("spawn_failed"), ended.status

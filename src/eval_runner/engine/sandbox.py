@@ -29,6 +29,14 @@ Where we differ from the reference's boundary (runner.md §13.5), on purpose:
   world-searchable; the probe checks the temp root).
 * **Resource limits** (bwrap has none): address space, processes, open files, file size and CPU time
   (the deadline plus a margin), set by the bridge on the agent only; core dumps are off.
+* **A memory budget the runner enforces** (`Limits.memory`, `engine/memory_watch.py`): the
+  address-space limit refuses allocations, but an agent that handles the refusal exits as if nothing
+  happened, and it counts each process alone. So while the sandbox runs, the runner sums the resident
+  memory of its pid 1 and every descendant every 50 ms; over the budget, it stops the sandbox as the
+  deadline does (`Stop.MEMORY`, the run is `errored(memory_limit)`), and while the sandbox is stopping
+  it may not pass half as much again (`_CEILING`), or it is SIGKILLed at once. The address space is
+  set well above the budget, so a hog that touches what it got meets the budget first; only an
+  allocation beyond the backstop itself is refused before it holds anything.
 
 `engine/confinement.py`'s `probe()` runs a tiny command in exactly this shape once at start and returns
 `Confinement` or `Unconfined(reason)`; a host that cannot confine gets `errored(unconfined_host)` for
@@ -45,6 +53,7 @@ import importlib.resources
 import json
 import math
 import os
+import select
 import signal
 import sys
 import time
@@ -54,6 +63,8 @@ from enum import StrEnum
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from eval_runner.engine import memory_watch
 
 #: Where the backend may be installed (runner.md §13.5), first found wins.
 BWRAP_PATHS = ("/usr/bin/bwrap", "/run/current-system/sw/bin/bwrap")
@@ -66,6 +77,8 @@ NETWORK_POLICY = "door-only"
 GRACE_SECONDS = 2.0
 #: How long a stopped sandbox may take to be gone before it is SIGKILLed again.
 _GONE_SECONDS = 5.0
+#: While a sandbox is stopping, holding this many times its memory budget SIGKILLs it at once.
+_CEILING = 1.5
 
 _SYSTEM_DIRS = ("/usr", "/nix/store", "/run/current-system/sw")
 _TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -93,9 +106,12 @@ _SETPRIV_PATHS = ("/usr/bin/setpriv", "/run/current-system/sw/bin/setpriv")
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Per-run resource limits, applied to the agent and everything it starts."""
+    """Per-run resource limits, applied to the agent and everything it starts. `memory` is the budget of
+    resident bytes for the whole sandbox, watched by the runner; `address_space` is the rlimit each
+    process gets, a backstop kept well above it."""
 
-    address_space: int = 4 << 30
+    address_space: int = 8 << 30
+    memory: int = 2 << 30
     processes: int = 256
     open_files: int = 1024
     file_size: int = 64 << 20
@@ -157,6 +173,8 @@ class Stop(StrEnum):
     EXITED = "exited"
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
+    #: The sandbox's processes held more than `Limits.memory`.
+    MEMORY = "memory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,13 +200,15 @@ class Launch:
 class Ended:
     """How a sandbox ended. `status` is the bridge's report: `exit <code>`, `signal <n>`, `nostart <why>`
     (the agent could not be executed), `broken <why>` (the bridge could not start), or None when the
-    sandbox never got that far or was killed first (bubblewrap's own message is then in `stderr`)."""
+    sandbox never got that far or was killed first (bubblewrap's own message is then in `stderr`).
+    `memory` is what the sandbox held when `Stop.MEMORY` stopped it."""
 
     stop: Stop
     seconds: float
     status: str | None
     stdout: bytes
     stderr: bytes
+    memory: int | None = None
 
     @property
     def exit_code(self) -> int | None:
@@ -322,31 +342,47 @@ async def run_confined(
                 os.write(stderr, f"eval-runner: cannot start {confinement.bwrap}: {exc.strerror}\n".encode())
                 return Ended(Stop.EXITED, 0.0, None, b"", _read_back(stderr, launch.limits))
         pid1.watch()
-        stop = await _wait_or_stop(process, pid1, launch.deadline_seconds, cancel, grace)
+        stop, memory = await _wait_or_stop(process, pid1, launch, cancel, grace)
         seconds = time.monotonic() - started
         await pid1.gone()
         return Ended(
-            stop, seconds, _read_status(status_r), _read_back(stdout, launch.limits), _read_back(stderr, launch.limits)
+            stop,
+            seconds,
+            _read_status(status_r),
+            _read_back(stdout, launch.limits),
+            _read_back(stderr, launch.limits),
+            memory,
         )
 
 
 async def _wait_or_stop(
-    process: asyncio.subprocess.Process, pid1: _Pid1, deadline: float, cancel: asyncio.Event, grace: float
-) -> Stop:
+    process: asyncio.subprocess.Process, pid1: _Pid1, launch: Launch, cancel: asyncio.Event, grace: float
+) -> tuple[Stop, int | None]:
+    """Wait for the sandbox's exit, the deadline, a cancel or its memory over budget; stop it for all
+    but the first. Returns why, and what it held when the memory was why."""
     exited = asyncio.ensure_future(process.wait())
     cancelled = asyncio.ensure_future(cancel.wait())
+    budget = launch.limits.memory
+    over = asyncio.ensure_future(memory_watch.exceeded(pid1.live_pid, budget))
+    ceiling: asyncio.Future[int] | None = None
     try:
-        done, _ = await asyncio.wait({exited, cancelled}, timeout=deadline, return_when=asyncio.FIRST_COMPLETED)
-        stop = Stop.EXITED if exited in done else Stop.CANCELLED if cancelled in done else Stop.TIMEOUT
+        done, _ = await asyncio.wait(
+            {exited, cancelled, over}, timeout=launch.deadline_seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+        if over in done:
+            stop = Stop.MEMORY
+        else:
+            stop = Stop.EXITED if exited in done else Stop.CANCELLED if cancelled in done else Stop.TIMEOUT
         if stop is not Stop.EXITED:
             if not pid1.send(signal.SIGTERM):
                 _kill_group(process, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(asyncio.shield(exited), grace)
-            except TimeoutError:
+            # The grace is for ending well, not for growing: far over the budget ends it at once.
+            ceiling = asyncio.ensure_future(memory_watch.exceeded(pid1.live_pid, int(budget * _CEILING)))
+            done, _ = await asyncio.wait({exited, ceiling}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            if exited not in done:
                 _kill(process, pid1)
                 await exited
-        return stop
+        return stop, over.result() if stop is Stop.MEMORY else None
     except BaseException:
         # Our caller gave up on the run (or something broke): the sandbox must not outlive this call.
         _kill(process, pid1)
@@ -355,7 +391,9 @@ async def _wait_or_stop(
             await pid1.gone()
         raise
     finally:
-        cancelled.cancel()
+        for waiting in (cancelled, over, ceiling):
+            if waiting is not None:
+                waiting.cancel()
 
 
 def _kill(process: asyncio.subprocess.Process, pid1: _Pid1) -> None:
@@ -381,6 +419,8 @@ class _Pid1:
         self._text = b""
         self._watching = False
         self.pidfd: int | None = None
+        self.pid: int | None = None
+        self._exit = select.poll()
 
     def watch(self) -> None:
         os.set_blocking(self._info, False)
@@ -403,6 +443,14 @@ class _Pid1:
         if isinstance(pid, int) and self.pidfd is None:
             with contextlib.suppress(ProcessLookupError):
                 self.pidfd = os.pidfd_open(pid)
+                self.pid = pid
+                self._exit.register(self.pidfd, select.POLLIN)
+
+    def live_pid(self) -> int | None:
+        """Pid 1's host pid while it has not exited (so the number names no other process), else None."""
+        if self.pidfd is None or self._exit.poll(0):
+            return None
+        return self.pid
 
     def _unwatch(self) -> None:
         if self._watching:
