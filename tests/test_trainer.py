@@ -226,3 +226,19 @@ async def test_silence_is_named_worker_absent_or_worker_silent(tmp_path: Path) -
         assert (answer.result, answer.silence) == (None, WORKER_SILENT)
         assert [note.status for note in answer.progress] == ["queued", "running"]
         assert all(isinstance(note, ProgressBody) for note in answer.progress)
+
+
+async def test_a_lost_relay_fails_the_wait_instead_of_passing_for_silence() -> None:
+    value, _ = example_run()
+    async with local_relay() as url:
+        trainer = Trainer(url, SecretKey.generate(), nobody())
+        await trainer.connect()
+        answer = trainer.follow(trainer.request(value))
+        await trainer.send(answer.request)
+    try:
+        with pytest.raises(TrainerError, match="lost the relay") as lost:
+            await trainer.wait(answer, BOUND)
+        assert lost.value.code == "relay"
+        assert answer.silence is None
+    finally:
+        trainer.close()

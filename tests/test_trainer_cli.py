@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from eval_runner.nostr import SecretKey
+from eval_runner.nostr import Filter, RelayEvent, SecretKey
+from eval_runner.service.relay import RelayConnection, query_on
 from tests.service.hosted_service import EXAMPLE, Service, hosted_service
 from tests.service.stand_in_relay import BOUND, local_relay
 
@@ -209,3 +210,29 @@ async def test_usage_errors_exit_64_and_key_files_are_checked(tmp_path: Path) ->
     code, _, err = await trainer("run", "--extension", str(EXAMPLE), "--new-key", str(made), *where)
     assert code == 64
     assert "already holds a key" in err
+
+
+async def test_a_lost_relay_exits_1_naming_the_request_to_retransmit(tmp_path: Path) -> None:
+    key, _ = key_file(tmp_path)
+    runner = SecretKey.generate()
+    async with local_relay() as url:
+        jobs = await RelayConnection.open(url, runner, challenge_wait=0.05)
+        try:
+            assert await query_on(jobs, Filter.build(kinds=[25920], tags={"p": [runner.public_key().to_hex()]})) == []
+            common = settings(url, runner.public_key().to_hex(), key, tmp_path / "requests")
+            running = asyncio.create_task(trainer("run", "--extension", str(EXAMPLE), "--json", *common))
+            async with asyncio.timeout(WITHIN):
+                delivered = await jobs.next_frame()
+                while not isinstance(delivered, RelayEvent):
+                    delivered = await jobs.next_frame()
+        finally:
+            jobs.dispose()
+    code, out, err = await asyncio.wait_for(running, WITHIN)
+    assert code == 1
+    found = one_json(out)
+    [record] = (tmp_path / "requests").glob("*.json")
+    assert found["error"] == "relay"
+    assert found["message"].startswith("lost the relay")
+    assert found["request"] == record.stem
+    assert json.loads(record.read_text())["events"][0]["id"] == delivered.event.id
+    assert f"`eval-runner trainer run --retransmit {record.stem}` asks again" in err

@@ -17,7 +17,8 @@ request and event ids, the outcome, the result body as bound, headline, verdict 
 report ref, sealed id, per-case rows from the report, the contiguous `progress` notes as an array, any
 conflicting results and the warnings; for `status` and `cancel`, the control's answer (and for a cancel
 the run's own result once it came). Warnings also go to stderr as plain lines. When the trainer could not
-ask at all (the relay, an input file, a key) the object is `{"error": <code>, "message": <why>}`.
+ask at all (the relay, an input file, a key) the object is `{"error": <code>, "message": <why>}`, with the
+`request` id once there was one (`--retransmit` it).
 
 Exit codes: 0 for a completed run (whatever the verdict) whose sealed report opened and checked, an
 answered status, an acknowledged cancel; 1 for a refusal, a failed, cancelled or unknown run, no answer
@@ -313,14 +314,21 @@ async def _run(args: argparse.Namespace, err: Console) -> int:
             assert value is not None
             request = trainer.request(value)
         keep(request, directory)
-        with RunView(err, live=not args.json) as view:
-            answer = trainer.follow(request, view.show)
-            view.sending(request)
-            try:
-                await trainer.send(request)
-            finally:
-                keep(request, directory)
-            await trainer.wait(answer, args.timeout)
+        try:
+            with RunView(err, live=not args.json) as view:
+                answer = trainer.follow(request, view.show)
+                view.sending(request)
+                try:
+                    await trainer.send(request)
+                finally:
+                    keep(request, directory)
+                await trainer.wait(answer, args.timeout)
+        except TrainerError as error:
+            # The request may have gone out: say how to ask again, with the same body.
+            if args.json:
+                _emit({"error": error.code, "message": error.message, "request": request.id})
+            _say(err, f"eval-runner trainer: {error}; `eval-runner trainer run --retransmit {request.id}` asks again")
+            return 1
         keep(request, directory)
         rows, report_error = None, None
         output = answer.output
