@@ -50,6 +50,7 @@ from eval_runner.contracts.strict_json import JsonValue, read
 from eval_runner.nostr import KeyFormatError, PublicKey, SecretKey
 from eval_runner.service.keyfile import KeyFileError, ensure_key, load_key
 from eval_runner.trainer import (
+    CANCEL_REASON,
     VERDICT_WORDS,
     WAIT_SECONDS,
     ArmRuns,
@@ -122,7 +123,7 @@ def register(commands: Commands) -> None:
     status.set_defaults(handler=_handler(_status))
     cancel = actions.add_parser("cancel", help="stop a run", description="Ask the runner to stop a run.")
     cancel.add_argument("id", metavar="ID", help="the request id, or the id of an event that carried it")
-    cancel.add_argument("--reason", default="the trainer stopped the run", help="why, for the runner's records")
+    cancel.add_argument("--reason", default=CANCEL_REASON, help="why, for the runner's records")
     _common(cancel, CONTROL_SECONDS)
     cancel.set_defaults(handler=_handler(_cancel))
 
