@@ -22,6 +22,7 @@ from rich.console import Console
 
 from eval_runner import __version__
 from eval_runner.console import ProgressView, result_paths, show_outcome
+from eval_runner.demo import demo_main
 from eval_runner.local_eval import (
     CONCURRENCY_RANGE,
     DEFAULT_CONCURRENCY,
@@ -220,7 +221,21 @@ def _service_command(commands: Commands, name: str, summary: str, main: ServiceM
 
 
 #: Every command, in the order `--help` lists them.
+def register_demo(commands: Commands) -> None:
+    """`demo`: one hosted run, end to end on this computer, offline (see `eval_runner.demo`)."""
+    parser = commands.add_parser(
+        "demo",
+        help="run the whole hosted path once on this computer, offline",
+        description=(
+            "Start a runner with an embedded relay, the example extension, a stand-in agent and an offline "
+            "stand-in door; send it one hosted run as a trainer would; show the verdict and the report."
+        ),
+    )
+    parser.set_defaults(handler=lambda _args: demo_main())
+
+
 COMMANDS: tuple[Callable[[Commands], None], ...] = (
+    register_demo,
     register_eval,
     register_serve,
     register_check,

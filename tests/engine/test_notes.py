@@ -72,3 +72,9 @@ def test_hosted_notes_drop_any_over_200_characters() -> None:
     fine = dataclasses.replace(cmp, seconds=ArmMeasure(1.0, 2.0, 0.0))
     assert hosted_notes(fine) == notes(fine)
     assert all(len(note) <= MAX_NOTE_CHARS for note in hosted_notes(fine))
+
+
+def test_a_change_too_small_to_print_gets_no_note() -> None:
+    # Past a zero spread, but both print as 0.3 s: a note would read "Slower: 0.3 s against 0.3 s".
+    assert notes(comparison(seconds=ArmMeasure(0.31, 0.29, 0.0))) == ()
+    assert notes(comparison(cost=ArmMeasure(0.00101, 0.00099, 0.0))) == ()

@@ -3,7 +3,8 @@
 The `ext-eval-v2` gate never keeps an extension for being faster or cheaper, so a reader learns of
 such a change here instead, separate from the verdict: `Faster: 12.0 s against 30.0 s per run`.
 A note is written only when a baseline ran, both arms measured the value, and the change clears
-the spread between repeats (a zero spread when it is unknown); seconds come first, then cost.
+the spread between repeats (a zero spread when it is unknown); seconds come first, then cost. Beyond
+the reference: a change too small to show in the printed precision (0.1 s, $0.0001) gets no note.
 
 Wording: the reference engine (`ext_eval::notes`) and runner.md §13.9 write no closing full stop;
 wire.md §10.2's example shows one. We follow the reference, whose bytes the phone has always seen
@@ -47,5 +48,9 @@ def _note(measure: ArmMeasure, lower: str, higher: str, show: Callable[[float], 
     threshold = measure.spread if measure.spread is not None else 0.0
     if abs(with_ - without) <= threshold or with_ == without:
         return None
+    shown_with, shown_without = show(with_), show(without)
+    if shown_with == shown_without:
+        # "Slower: 0.3 s against 0.3 s" tells a person nothing; the reference writes it, we don't.
+        return None
     word = lower if with_ < without else higher
-    return f"{word}: {show(with_)} against {show(without)} per run"
+    return f"{word}: {shown_with} against {shown_without} per run"

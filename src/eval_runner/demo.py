@@ -1,0 +1,184 @@
+"""`eval-runner demo`: the whole hosted path on this computer, with no configuration and no network.
+
+It starts what production has, in one process: the runner (`service.serve`) with its embedded relay,
+the example extension `examples/codebase-brief` as the catalog, the stand-in agent and an offline stand-in
+door (the two parts a real deployment replaces, because they are a model and an agent we do not control);
+then a trainer key sends one hosted run over the relay exactly as a phone would (signed 25920, NIP-44),
+follows its progress, opens the sealed report and prints the verdict table and where the report is.
+
+State goes to `$EVAL_RUNNER_STATE` when set, else a new directory under the temp dir, kept afterwards so a
+person can open the report; the sandboxes' temp root is a short directory under /tmp (Unix socket paths
+are at most 107 bytes) that the sandbox user can reach, removed afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from rich.console import Console
+
+import eval_runner.engine
+from eval_runner.engine.collect import remove_tree
+from eval_runner.engine.stand_in_door import StandInDoor
+from eval_runner.nostr import SecretKey
+from eval_runner.service.config import Config, ConfigError
+from eval_runner.service.keyfile import load_key
+from eval_runner.service.liveness import SUBSCRIBED
+from eval_runner.service.serve import ServeError, serve
+from eval_runner.trainer import Trainer, TrainerError, case_rows
+from eval_runner.trainer_cli import RunView, show_run
+from eval_runner.trainer_request import extension_tool, run_input, suite_draft
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "codebase-brief"
+AGENT = Path(eval_runner.engine.__file__).with_name("stand_in_agent.py")
+RUNS = 3
+START_SECONDS = 60.0
+RUN_SECONDS = 600.0
+
+OFFLINE_WORDS = (
+    "This demo runs offline: the model door is a stand-in that answers from a fixed table, and the agent is a "
+    "stand-in for OpenAgents' coder. Nothing leaves this computer."
+)
+REAL_WORDS = (
+    "To test for real, run `eval-runner serve` with EVAL_RUNNER_CODER=<your agent>, CODER_DOOR_URL=<your model "
+    "door>, CODER_DOOR_KEY=<its key>, CODER_MODEL=<model> and EVAL_RUNNER_CATALOG=<extension dirs>; send runs "
+    "with `eval-runner trainer run --extension DIR --runner <eval-runner pubkey>`."
+)
+
+
+class DemoError(Exception):
+    """The demo could not run; the message says why in one line."""
+
+
+def demo_main(*, environ: Mapping[str, str] | None = None) -> int:
+    out, err = Console(highlight=False), Console(stderr=True, highlight=False)
+    try:
+        return asyncio.run(run_demo(out, err, dict(os.environ if environ is None else environ)))
+    except DemoError as error:
+        err.print(f"eval-runner demo: {error}", markup=False)
+        return 1
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _temp_root(environ: Mapping[str, str]) -> Path:
+    root = Path(tempfile.mkdtemp(prefix="er-demo-", dir=environ.get("EVAL_RUNNER_TMP") or tempfile.gettempdir()))
+    root.chmod(0o755)  # the sandbox user (uid 65534) must reach the run directories inside
+    return root
+
+
+async def run_demo(out: Console, err: Console, environ: dict[str, str]) -> int:
+    if not EXAMPLE.is_dir():
+        raise DemoError(f"the example extension is missing at {EXAMPLE}; run the demo from a clone of the repo")
+    state = Path(environ.get("EVAL_RUNNER_STATE") or tempfile.mkdtemp(prefix="eval-runner-demo-"))
+    temp_root = _temp_root(environ)
+    err.print(OFFLINE_WORDS, markup=False)
+    door_key = secrets.token_hex(24)
+    try:
+        async with StandInDoor(door_key) as door:
+            config = _config(environ, state, temp_root, door.url, door_key)
+            return await _run(out, err, config, door_key)
+    finally:
+        remove_tree(temp_root)
+
+
+def _config(environ: Mapping[str, str], state: Path, temp_root: Path, door_url: str, door_key: str) -> Config:
+    settings = {
+        "HOME": environ.get("HOME", str(state)),
+        "EVAL_RUNNER_STATE": str(state),
+        "EVAL_RUNNER_TMP": str(temp_root),
+        "EVAL_RUNNER_CATALOG": str(EXAMPLE),
+        "EVAL_RUNNER_CODER": str(AGENT),
+        "EVAL_RUNNER_LISTEN": f"127.0.0.1:{_free_port()}",
+        "CODER_DOOR_URL": door_url,
+        "CODER_DOOR_KEY": door_key,
+        "CODER_MODEL": "stand-in",
+    }
+    try:
+        return Config.from_env(settings)
+    except ConfigError as error:
+        raise DemoError(str(error)) from None
+
+
+async def _run(out: Console, err: Console, config: Config, door_key: str) -> int:
+    subscribed = asyncio.Event()
+
+    def log(line: str) -> None:
+        if line == SUBSCRIBED:
+            subscribed.set()
+        err.print(f"runner: {line}", style="dim", markup=False, soft_wrap=True)
+
+    stop, hurry = asyncio.Event(), asyncio.Event()
+    server = asyncio.create_task(serve(config, log=log, stop=stop, hurry=hurry))
+    try:
+        await _started(server, subscribed)
+        runner = load_key(config.key_file).public_key().to_hex()
+        code = await _send_one_run(out, err, config.relay_url, runner)
+        _show_paths(out, config.state)
+        err.print(REAL_WORDS, markup=False)
+        return code
+    finally:
+        stop.set()
+        hurry.set()
+        with contextlib.suppress(ServeError, asyncio.CancelledError):
+            await asyncio.wait_for(server, START_SECONDS)
+
+
+async def _started(server: asyncio.Task[None], subscribed: asyncio.Event) -> None:
+    waiting = asyncio.ensure_future(subscribed.wait())
+    try:
+        done, _ = await asyncio.wait({server, waiting}, timeout=START_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+    if server in done:
+        error = server.exception()
+        raise DemoError(f"the runner stopped before it listened: {error}" if error else "the runner stopped early")
+    if not subscribed.is_set():
+        raise DemoError(f"the runner did not subscribe within {START_SECONDS:g} s")
+
+
+async def _send_one_run(out: Console, err: Console, relay_url: str, runner: str) -> int:
+    try:
+        tool = extension_tool(EXAMPLE)
+        assert tool.evals is not None
+        draft = suite_draft(tool.evals, tool.draft_tool())
+        value = run_input(draft.draft, subject=tool.definition, runs=RUNS)
+        err.print(f"trainer: sending one hosted run of {tool.name} ({RUNS} runs per arm) to {runner[:12]}…")
+        async with Trainer(relay_url, SecretKey.generate(), runner) as trainer:
+            request = trainer.request(value)
+            with RunView(err, live=True) as view:
+                answer = trainer.follow(request, view.show)
+                view.sending(request)
+                await trainer.send(request)
+                await trainer.wait(answer, RUN_SECONDS)
+            rows, report_error = None, None
+            output = answer.output
+            if output is not None:
+                try:
+                    report, _ = await trainer.fetch_report(output.sealed, output.report)
+                    rows = case_rows(report)
+                except TrainerError as error:
+                    report_error = error.message
+    except TrainerError as error:
+        raise DemoError(str(error)) from None
+    show_run(out, answer, rows, report_error, RUN_SECONDS)
+    return 0 if output is not None and report_error is None else 1
+
+
+def _show_paths(out: Console, state: Path) -> None:
+    """Where the runner kept the report: its results directory under the state's jobs."""
+    for html in sorted(state.glob("jobs/*/results/*/report.html")):
+        out.print(f"report  {html.with_name('report.json')}", markup=False, soft_wrap=True)
+        out.print(f"html    {html}", markup=False, soft_wrap=True)
+    out.print(f"state   {state}", markup=False, soft_wrap=True)
