@@ -203,3 +203,14 @@ def test_progress_off_a_terminal_is_one_plain_line_per_finished_run() -> None:
     ]
     assert view.done == 2
     assert finished_words(Finished("c", Arm.BASELINE, 3, "cancelled", 1.0)) == "c without #3 cancelled 1.0 s"
+
+
+def test_no_command_or_an_unknown_one_is_a_usage_error_64() -> None:
+    for argv in ([], ["run"], ["eval", "run"], ["serve-now"]):
+        done = subprocess.run([sys.executable, "-m", "eval_runner.cli", *argv], capture_output=True, text=True)
+        assert done.returncode == 64, (argv, done.stderr)
+        assert "usage: eval-runner" in done.stderr
+        assert done.stdout == ""
+    shown = subprocess.run([sys.executable, "-m", "eval_runner.cli", "help"], capture_output=True, text=True)
+    assert shown.returncode == 0
+    assert "usage: eval-runner" in shown.stdout

@@ -5,8 +5,9 @@ subcommands and sets `handler`, a function from the parsed arguments to the exit
 logic lives in its own module (`eval run`: `local_eval`), its terminal rendering in `console`.
 
 Exit codes: 0 when the command did its work (for `eval run`: a finished suite, whatever the verdict);
-1 with one plain line on stderr for bad input or a host that cannot run it; 2 for a malformed command
-line (argparse); 130 when Ctrl-C stopped a suite (its partial report is still written and shown).
+1 with one plain line on stderr for bad input or a host that cannot run it; 64 (EX_USAGE) for no command,
+an unknown one or a malformed command line (runner.md §3); 130 when Ctrl-C stopped a suite (its partial
+report is still written and shown).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Handler = Callable[[argparse.Namespace], int]
 PROG = "eval-runner"
 STOPPED = 130
+USAGE = 64
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,12 +65,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit codes as runner.md §3: `help`, `-h`, `--help` print the usage to stdout (0); no command or an
+    unknown one prints it to stderr (64, EX_USAGE), as does any malformed command line."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    handler: Handler | None = getattr(args, "handler", None)
-    if handler is None:
+    words = sys.argv[1:] if argv is None else argv
+    if words == ["help"]:
         parser.print_help()
         return 0
+    if not words:
+        parser.print_help(sys.stderr)
+        return USAGE
+    try:
+        args = parser.parse_args(words)
+    except SystemExit as stop:
+        # argparse exits 0 after --help/--version and 2 on a malformed command line.
+        return USAGE if stop.code not in (0, None) else 0
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return USAGE
     return handler(args)
 
 
