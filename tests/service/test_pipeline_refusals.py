@@ -3,6 +3,8 @@ logged `refused …`, recorded as one usage line, and nothing reserved or run.""
 
 from __future__ import annotations
 
+import io
+import json
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from eval_runner.service.config import Limits
 from eval_runner.service.opening import OpenedExecute
 from eval_runner.service.pipeline import UNPLANNED
 from eval_runner.service.quota import BRAKED
-from eval_runner.service.usage import Record
+from eval_runner.service.usage import Record, usage_main
 from tests.service.hosted_service import Service, hosted_service
 from tests.service.trainer_side import (
     ResultBody,
@@ -101,6 +103,36 @@ async def test_bad_requests_are_refused_with_their_codes_and_recorded(tmp_path: 
         assert service.ledger.claims() == ()
         assert [record.outcome for record in service.usage()] == ["refused"] * 5
         assert list((tmp_path / "tmp").iterdir()) == [], "no staging is left behind"
+
+        # `eval-runner usage --by key --json` reads those lines back: one trainer, five refusals, no turns.
+        out, err = io.StringIO(), io.StringIO()
+        code = usage_main(
+            ["--by", "key", "--json", "--dir", str(service.state / "usage")], stdout=out, stderr=err, environ={}
+        )
+        assert (code, err.getvalue()) == (0, "")
+        rows = json.loads(out.getvalue())
+        assert rows == [
+            {
+                "group": trainer.pubkey,
+                "jobs": 5,
+                "completed": 0,
+                "failed": 0,
+                "refused": 5,
+                "keys": 1,
+                "turns": 0,
+                "total_p50_ms": None,
+            },
+            {
+                "group": "all",
+                "jobs": 5,
+                "completed": 0,
+                "failed": 0,
+                "refused": 5,
+                "keys": 1,
+                "turns": 0,
+                "total_p50_ms": None,
+            },
+        ]
 
 
 async def test_the_brake_refuses_over_quota_with_its_fixed_message(tmp_path: Path) -> None:
