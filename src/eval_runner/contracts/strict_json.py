@@ -110,8 +110,48 @@ def read(data: bytes | str, *, max_bytes: int = MAX_BODY_BYTES) -> JsonValue:
     return value
 
 
+# The standard library's C encoder writes strings, safe integers, booleans, null, arrays and objects byte for
+# byte as RFC 8785 does (the same escapes: \b \t \n \f \r, \u00xx in lowercase for other controls, nothing
+# else), and sorts keys by code point, which is UTF-16 order while no key holds a character past U+D7FF.
+# `canonical` takes it for a value that holds nothing else: several times faster than rfc8785's pure-Python
+# writer on a request body, which the runner canonicalises on every request. Anything else (floats, unsafe
+# integers, lone surrogates, other key characters, other types, shared or cyclic containers) goes to rfc8785.
+_JCS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+
+def _plain(value: JsonValue) -> bool:
+    """True when the standard encoder's bytes for `value` are its JCS bytes (see above)."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is int:
+            if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                continue
+            return False
+        if (kind is not list and kind is not dict) or id(item) in seen:
+            return False
+        seen.add(id(item))
+        if kind is list:
+            stack.extend(item)
+            continue
+        for key in item:
+            if type(key) is not str or not (key.isascii() or max(key) < "\ud800"):
+                return False
+        stack.extend(item.values())
+    return True
+
+
 def canonical(value: JsonValue) -> bytes:
     """RFC 8785 (JCS) bytes of a JSON value; refuses what JCS cannot represent exactly."""
+    if _plain(value):
+        try:
+            return _JCS_ENCODER.encode(value).encode("utf-8")
+        except (UnicodeEncodeError, RecursionError):
+            pass  # a lone surrogate, or nesting too deep: rfc8785 says which
     try:
         return bytes(rfc8785.dumps(value))
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as error:
