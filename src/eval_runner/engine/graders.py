@@ -15,9 +15,9 @@ score (runner.md §13.2, §13.6, §13.11).
   scored grader passed; both are None when the run is not graded or has no scored grader.
 
 `RunView` is deliberately small and independent of the sandbox: the outcome word and reason, the
-trajectory, the created paths, a workspace reader for `{file}` focuses, the prompt. Patterns run in a
-killable child interpreter (`engine/grader_patterns.py`), because Python's `re` can backtrack without
-bound.
+trajectory, the created paths, a workspace reader for `{file}` focuses, the prompt. Patterns run under
+RE2 in-process, or in a killable worker interpreter when only Python's `re` can run them
+(`engine/grader_patterns.py`); pass one `PatternRunner` for many runs so that worker is reused.
 
 **Receipt graders** replay a Wasm guest's invocation receipts in the reference (`plugin::replay`). The
 receipt format and the replayer are not public material this port can pin, so a receipt grader always
@@ -255,7 +255,9 @@ async def grade_run(
     door calls happen in a fixed order."""
     if not view.graded:
         return NOT_GRADED
-    runner = patterns or PatternRunner()
+    if patterns is None:
+        async with PatternRunner() as runner:
+            return await grade_run(case, arm, view, doors, extension_operations, patterns=runner)
     every_one_subject_only = case.subject_only(extension_operations)
     results = []
     for grader in case.graders:
@@ -265,7 +267,7 @@ async def grade_run(
         if view.outcome == "errored":
             checked = failed(f"the run ended with {view.reason}")
         else:
-            checked = await check(grader, case, view, doors, runner)
+            checked = await check(grader, case, view, doors, patterns)
         results.append(
             GraderResult(
                 name=grader.name,

@@ -26,6 +26,7 @@ from eval_runner.contracts.strict_json import digest_bytes
 from eval_runner.engine.catalog import Subject
 from eval_runner.engine.door import DoorProxy
 from eval_runner.engine.door_graders import NO_DOORS, Doors
+from eval_runner.engine.grader_patterns import PatternRunner
 from eval_runner.engine.graders import (
     NOT_GRADED,
     RunGrades,
@@ -228,7 +229,8 @@ async def run_suite(
                 await _tell(on_progress, Started(planned.case.name, planned.arm, planned.attempt))
             record = await run_once(spec, confinement=confinement, door=door_setup, cancel=stop)
             try:
-                attempt = await _graded(planned, record, doors if not stop.is_set() else NO_DOORS, operations)
+                graded_doors = doors if not stop.is_set() else NO_DOORS
+                attempt = await _graded(planned, record, graded_doors, operations, patterns)
             finally:
                 if record.workspace is not None:
                     await asyncio.to_thread(record.workspace.close)
@@ -239,7 +241,8 @@ async def run_suite(
                 )
             return attempt
 
-    done = await asyncio.gather(*(one(planned) for planned in attempts))
+    async with PatternRunner() as patterns:  # one pattern worker for the whole suite, started if needed
+        done = await asyncio.gather(*(one(planned) for planned in attempts))
     cancelled = stop.is_set()
     limitation = receipt_limitation(plan.suite.cases)
     inputs = ReportInputs(
@@ -309,7 +312,9 @@ def _spec(plan: SuitePlan, planned: PlannedAttempt) -> RunSpec:
     )
 
 
-async def _graded(planned: PlannedAttempt, record: RunRecord, doors: Doors, operations: frozenset[str]) -> Attempt:
+async def _graded(
+    planned: PlannedAttempt, record: RunRecord, doors: Doors, operations: frozenset[str], patterns: PatternRunner
+) -> Attempt:
     outcome = record.outcome
     trajectory = _trajectory(record.trajectory)
     view = RunView(
@@ -319,7 +324,7 @@ async def _graded(planned: PlannedAttempt, record: RunRecord, doors: Doors, oper
         created_files=tuple(created.path for created in record.created),
         workspace=None if record.workspace is None else WorkspaceDirectory(record.workspace.path),
     )
-    grades: RunGrades = await grade_run(planned.case, planned.arm, view, doors, operations)
+    grades: RunGrades = await grade_run(planned.case, planned.arm, view, doors, operations, patterns=patterns)
     document = grades_bytes(
         planned.case.name,
         planned.arm,
