@@ -32,7 +32,7 @@ from eval_runner.service.config import Config, ConfigError
 from eval_runner.service.keyfile import load_key
 from eval_runner.service.liveness import SUBSCRIBED
 from eval_runner.service.serve import ServeError, serve
-from eval_runner.trainer import Trainer, TrainerError, case_rows
+from eval_runner.trainer import Trainer, TrainerError
 from eval_runner.trainer_cli import RunView, show_run
 from eval_runner.trainer_request import extension_tool, run_input, suite_draft
 
@@ -162,18 +162,11 @@ async def _send_one_run(out: Console, err: Console, relay_url: str, runner: str)
                 view.sending(request)
                 await trainer.send(request)
                 await trainer.wait(answer, RUN_SECONDS)
-            rows, report_error = None, None
-            output = answer.output
-            if output is not None:
-                try:
-                    report, _ = await trainer.fetch_report(output.sealed, output.report)
-                    rows = case_rows(report)
-                except TrainerError as error:
-                    report_error = error.message
+            rows, report_error = await trainer.report_rows(answer)
     except TrainerError as error:
         raise DemoError(str(error)) from None
     show_run(out, answer, rows, report_error, RUN_SECONDS)
-    return 0 if output is not None and report_error is None else 1
+    return 0 if answer.output is not None and report_error is None else 1
 
 
 def _show_paths(out: Console, state: Path) -> None:

@@ -467,6 +467,18 @@ class Trainer:
             raise TrainerError("report", "the report names another requester")
         return parsed, data
 
+    async def report_rows(self, answer: RunAnswer) -> tuple[list[CaseRow] | None, str | None]:
+        """For a completed run, the verdict table's rows from its sealed report; else (None, None). A report
+        that does not open or check gives (None, why): the result stands, but its table can't be trusted."""
+        output = answer.output
+        if output is None:
+            return None, None
+        try:
+            report, _ = await self.fetch_report(output.sealed, output.report)
+        except TrainerError as error:
+            return None, error.message
+        return case_rows(report), None
+
     # -- the wire ---------------------------------------------------------------------------------
 
     async def _until(self, waited: Awaitable[T]) -> T:

@@ -59,7 +59,6 @@ from eval_runner.trainer import (
     RunAnswer,
     Trainer,
     TrainerError,
-    case_rows,
     extension_tool,
     read_draft,
     run_input,
@@ -331,14 +330,8 @@ async def _run(args: argparse.Namespace, err: Console) -> int:
             _say(err, f"eval-runner trainer: {error}; `eval-runner trainer run --retransmit {request.id}` asks again")
             return 1
         keep(request, directory)
-        rows, report_error = None, None
-        output = answer.output
-        if output is not None:
-            try:
-                report, _ = await trainer.fetch_report(output.sealed, output.report)
-                rows = case_rows(report)
-            except TrainerError as error:
-                report_error = error.message
+        rows, report_error = await trainer.report_rows(answer)
+    output = answer.output
     code = 0 if output is not None and report_error is None else 1
     if args.json:
         _emit(run_json(relay, answer, rows, report_error, warnings, args.timeout))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from eval_runner.contracts import shape
 from eval_runner.contracts.errors import Code
+from eval_runner.contracts.ext_eval import Headline as Headline  # the run output carries the profile's headline
 from eval_runner.contracts.hosted import HOSTED_SCHEMA, RELEASE_KIND, REPORT_SCHEMA, RESULT_KIND, SEALED_KIND
 from eval_runner.contracts.refs import ArtifactRef, EventRef
 from eval_runner.contracts.strict_json import JsonValue
@@ -29,30 +30,13 @@ def _head(value: JsonValue, path: str, keys: tuple[str, ...], action: str) -> di
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class Headline:
-    """Cases passed with the tool, without it (`None` when no baseline ran), out of the cases scored."""
-
-    subject_passed: int
-    baseline_passed: int | None
-    total: int
-
-    @classmethod
-    def parse(cls, value: JsonValue, path: str) -> Headline:
-        found = shape.closed(
-            value, path, ("subject_passed", "baseline_passed", "total"), unknown=Code.UNSUPPORTED_FEATURE
-        )
-        total = shape.integer(found["total"], shape.at(path, "total"), low=0)
-        passed = shape.integer(found["subject_passed"], shape.at(path, "subject_passed"), low=0)
-        baseline = None
-        if found["baseline_passed"] is not None:
-            baseline = shape.integer(found["baseline_passed"], shape.at(path, "baseline_passed"), low=0)
-        if passed > total or (baseline is not None and baseline > total):
-            raise shape.fail(path, "more cases passed than were scored")
-        return cls(subject_passed=passed, baseline_passed=baseline, total=total)
-
-    def to_json(self) -> dict[str, JsonValue]:
-        return {"subject_passed": self.subject_passed, "baseline_passed": self.baseline_passed, "total": self.total}
+def _headline(value: JsonValue, path: str) -> Headline:
+    """The profile's headline; in an answer no arm may pass more cases than were scored."""
+    headline = Headline.parse(value, path)
+    baseline = headline.baseline_passed
+    if headline.subject_passed > headline.total or (baseline is not None and baseline > headline.total):
+        raise shape.fail(path, "more cases passed than were scored")
+    return headline
 
 
 def _notes(value: JsonValue, path: str) -> tuple[str, ...]:
@@ -87,7 +71,7 @@ class RunOutput:
         return cls(
             report=report,
             sealed=EventRef.parse(found["sealed"], shape.at(path, "sealed"), kind=SEALED_KIND),
-            headline=Headline.parse(found["headline"], shape.at(path, "headline")),
+            headline=_headline(found["headline"], shape.at(path, "headline")),
             verdict=shape.choice(found["verdict"], shape.at(path, "verdict"), VERDICTS, Code.UNSUPPORTED_FEATURE),
             notes=_notes(found["notes"], shape.at(path, "notes")),
         )
