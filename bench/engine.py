@@ -214,7 +214,7 @@ async def overhead(root: Path, confinement: Confinement, door: DoorSettings, tur
     for label, values in (
         ("run_once", [times.run for times in timed]),
         ("  sandboxed process (bwrap start to exit)", [times.process for times in timed]),
-        ("grading (parse, regex in the pattern child)", [times.grading for times in timed]),
+        ("grading (parse, regex under RE2 (or the pattern worker))", [times.grading for times in timed]),
     ):
         print(f"   {label:<44} p50 {statistics.median(values):6.1f} ms   p95 {percentile(values, 0.95):6.1f} ms")
     # The same number of turns as a suite: cases of 5 runs in each arm (a case runs at most 10 times).

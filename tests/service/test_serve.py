@@ -201,7 +201,7 @@ async def test_serve_tells_systemd_it_is_ready_and_pets_the_watchdog_per_answere
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
         notify.bind(str(path))
         notify.setblocking(False)
-        env = env_for(tmp_path, temp_root, NOTIFY_SOCKET=str(path), EVAL_RUNNER_PROBE_MS="200")
+        env = env_for(tmp_path, temp_root, NOTIFY_SOCKET=str(path), EVAL_RUNNER_PROBE_MS="500")
         async with serving(env, subscribed=False) as process:
             loop = asyncio.get_running_loop()
             received: list[bytes] = []
