@@ -8,7 +8,7 @@ nothing (figures are never timings in tests).
    two-step ATIF document, to its trace path and exits), one at a time, each through the real path one
    attempt of a suite takes: `run_once` (run directory, fixtures, a door proxy to the stand-in door,
    bubblewrap with the uid drop when root, collection and scrubbing), the trajectory parse, `grade_run`
-   (one regex grader over the last message, in the pattern child), the grades document and workspace
+   (one regex grader over the last message, under RE2), the grades document and workspace
    removal. Also as many turns through `run_suite` at concurrency 1, which adds planning, the report and
    the results directory.
 2. Throughput: 8 cases × 3 runs × 2 arms = 48 turns of `stand_in_sleep_agent.sh` (sleeps 1 s) through
