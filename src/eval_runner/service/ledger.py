@@ -171,6 +171,19 @@ class Ledger(LedgerFile):
         with self._read() as db:
             return self._claim(db, key)
 
+    def lookup_now(self, key: str) -> tuple[bool, Claim | None]:
+        """`(True, lookup(key))` if no other thread holds the ledger, else `(False, None)` at once.
+
+        A lookup takes microseconds, less than handing it to a thread; but a write holds the ledger through
+        its fsync, so the event loop asks this first and hands the lookup to a thread only when it would wait.
+        """
+        if not self._mutex.acquire(blocking=False):
+            return False, None
+        try:
+            return True, self.lookup(key)
+        finally:
+            self._mutex.release()
+
     def claims(self) -> tuple[Claim, ...]:
         """Every claim of this runner key, oldest first."""
         with self._read() as db:
