@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from eval_runner.engine.run import CODER_DOOR_PORT, DECISION_DOOR_PORT, DoorSetup, RunOutcome, errored, run_once
+from eval_runner.engine.run import (
+    CODER_DOOR_PORT,
+    DECISION_DOOR_PORT,
+    DoorSetup,
+    RunOutcome,
+    errored,
+    reachable,
+    run_once,
+)
 from eval_runner.engine.sandbox import Confinement, Unconfined
 from eval_runner.engine.testset import Operation
 from tests.engine.sandboxed_runs import (
@@ -325,3 +333,22 @@ async def test_a_door_that_cannot_open_refuses_the_run_and_closes_the_others(
     assert record.detail == "cannot open the run's door: no such door"
     assert [proxy.closed for proxy in doors.made] == [True]
     assert os.listdir(temp_root) == []
+
+
+async def test_an_agent_the_sandbox_user_cannot_reach_runs_from_a_staged_copy(
+    confinement: Confinement, temp_root: Path, tmp_path: Path
+) -> None:
+    """A clone under /root (mode 0700) run as root: the sandbox user (uid 65534) can't reach the agent where
+    it is, so the run stages the same bytes in its own directory instead of failing to start."""
+    if confinement.owner() is None:
+        pytest.skip("the runner is not root, so the sandbox runs as the caller and reaches what the caller does")
+    hidden = tmp_path / "private"
+    hidden.mkdir(mode=0o700)
+    agent = hidden / AGENT.name
+    shutil.copyfile(AGENT, agent)
+    agent.chmod(0o700)
+    uid, gid = confinement.owner() or (0, 0)
+    assert not reachable(agent, uid, gid)
+    record = await run_act(spec_for(temp_root, "exits", agent=agent), confinement)
+    assert record.outcome == RunOutcome("completed")
+    assert record.cost_usd == 1.5

@@ -35,6 +35,8 @@ import asyncio
 import contextlib
 import os
 import re
+import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -189,6 +191,7 @@ class _RefusedError(Exception):
 @dataclass(slots=True)
 class _Layout:
     root: Path
+    agent: Path
     before: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -251,7 +254,7 @@ async def run_once(
         launch = Launch(
             root=layout.root,
             command=(
-                str(spec.agent),
+                str(layout.agent),
                 "--prompt-file",
                 str(layout.root / "prompt.md"),
                 "--trace",
@@ -263,7 +266,7 @@ async def run_once(
             stderr=layout.out / "stderr.txt",
             home=layout.home,
             writable=_writable(layout, spec.grants),
-            read_only=_visible_paths(spec, confinement),
+            read_only=_visible_paths(spec, layout.agent, confinement),
             env=_environment(spec, layout, proxies, door),
             doors=tuple(doors),
             deadline_seconds=spec.deadline_seconds,
@@ -352,9 +355,11 @@ def _lay_out(spec: RunSpec, confinement: Confinement) -> _Layout:
         root = Path(tempfile.mkdtemp(prefix="oa-eval-", dir=spec.temp_root)).resolve()
     except OSError as exc:
         raise _RefusedError(f"cannot make the run directory in {spec.temp_root}: {exc.strerror}") from None
-    layout = _Layout(root)
+    layout = _Layout(root, Path(os.path.abspath(spec.agent)))
     try:
         os.chmod(root, 0o755)  # noqa: S103 - the sandbox user reads it; nothing secret is in it
+        if owner is not None and not reachable(layout.agent, *owner):
+            layout.agent = _staged_agent(layout.agent, root)
         _make_dir(layout.home, 0o755, None)
         _make_dir(layout.cwd, 0o755, owner if write else None)
         for directory in (layout.openagents, layout.openagents / "questions", layout.openagents / "programs"):
@@ -425,10 +430,9 @@ def _writable(layout: _Layout, grants: frozenset[Operation]) -> tuple[Path, ...]
     return (*writable, layout.cwd) if Operation.WRITE in grants else writable
 
 
-def _visible_paths(spec: RunSpec, confinement: Confinement) -> tuple[Path, ...]:
+def _visible_paths(spec: RunSpec, agent: Path, confinement: Confinement) -> tuple[Path, ...]:
     """The agent at its own path, a script's interpreter (and its prefix) when the allowlist does not
     already show it, and the caller's extras."""
-    agent = Path(os.path.abspath(spec.agent))
     paths = [agent]
     interpreter = _interpreter(agent)
     if interpreter is not None and not _visible(interpreter, confinement):
@@ -438,6 +442,32 @@ def _visible_paths(spec: RunSpec, confinement: Confinement) -> tuple[Path, ...]:
             paths.append(real.parent.parent)
     paths += [Path(os.path.abspath(path)) for path in spec.read_only_paths]
     return tuple(dict.fromkeys(paths))
+
+
+def reachable(path: Path, uid: int, gid: int) -> bool:
+    """Can `uid`/`gid` (without capabilities) search every directory above `path` and read and run it?"""
+    try:
+        checks = [(parent, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH) for parent in reversed(path.parents)]
+        checks.append((path, stat.S_IRUSR | stat.S_IXUSR, stat.S_IRGRP | stat.S_IXGRP, stat.S_IROTH | stat.S_IXOTH))
+        for where, user, group, other in checks:
+            found = os.stat(where)
+            need = user if found.st_uid == uid else group if found.st_gid == gid else other
+            if found.st_mode & need != need:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _staged_agent(agent: Path, root: Path) -> Path:
+    """A copy of the agent inside the run directory, for an agent the sandbox user cannot reach where it
+    is (a clone under /root, mode 0700, run as root): the same bytes the locks pin, readable and runnable
+    by that user. A script's interpreter is found as before, from its `#!` line."""
+    staged = root / "agent" / agent.name
+    _make_dir(staged.parent, 0o755, None)
+    shutil.copyfile(agent, staged)
+    os.chmod(staged, 0o755)  # noqa: S103 - the sandbox user runs it; it is the agent, nothing secret
+    return staged
 
 
 def _interpreter(agent: Path) -> str | None:
