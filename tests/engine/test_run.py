@@ -294,12 +294,10 @@ async def test_an_agent_that_cannot_be_executed_ends_spawn_failed(confinement: C
 async def test_a_sandbox_that_cannot_start_ends_sandbox_failed(confinement: Confinement, temp_root: Path) -> None:
     if confinement.outside_uid is None:
         pytest.skip("needs a runner that drops to another uid")
-    hidden = Path(tempfile.mkdtemp(prefix="er-hidden-", dir="/tmp"))  # mode 0700: not the sandbox's to reach
-    try:
-        shutil.copy(AGENT, hidden / "agent")
-        record = await run_act(spec_for(temp_root, "contract", agent=hidden / "agent"), confinement)
-    finally:
-        shutil.rmtree(hidden)
+    # bwrap refuses to bind a read-only path that does not exist: the sandbox never starts.
+    missing = Path(tempfile.mkdtemp(prefix="er-gone-", dir="/tmp"))
+    missing.rmdir()
+    record = await run_act(spec_for(temp_root, "contract", read_only_paths=(missing,)), confinement)
     assert record.outcome == errored("sandbox_failed")
     assert b"bwrap: " in record.stderr
 

@@ -309,7 +309,7 @@ def _record(ended: Ended, auth_failed: bool, layout: _Layout, secrets: Sequence[
     stdout = scrub(ended.stdout, secrets)
     trajectory = read_file(layout.out / "trajectory.atif.jsonl", MAX_TRAJECTORY_BYTES)
     created, complete = created_files(layout.cwd, layout.before, secrets)
-    for leftover in (layout.out, layout.tmp, layout.openagents, layout.door):
+    for leftover in (layout.out, layout.tmp, layout.openagents, layout.door, layout.root / "agent"):
         remove_tree(leftover)
     return RunRecord(
         outcome=outcome,
@@ -445,10 +445,11 @@ def _visible_paths(spec: RunSpec, agent: Path, confinement: Confinement) -> tupl
 
 
 def reachable(path: Path, uid: int, gid: int) -> bool:
-    """Can `uid`/`gid` (without capabilities) search every directory above `path` and read and run it?"""
+    """Can `uid`/`gid` (without capabilities) search every directory above `path` and read it? (Whether it
+    may be run is the file's own business: a non-runnable agent fails to start wherever it lies.)"""
     try:
         checks = [(parent, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH) for parent in reversed(path.parents)]
-        checks.append((path, stat.S_IRUSR | stat.S_IXUSR, stat.S_IRGRP | stat.S_IXGRP, stat.S_IROTH | stat.S_IXOTH))
+        checks.append((path, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH))
         for where, user, group, other in checks:
             found = os.stat(where)
             need = user if found.st_uid == uid else group if found.st_gid == gid else other
@@ -466,7 +467,9 @@ def _staged_agent(agent: Path, root: Path) -> Path:
     staged = root / "agent" / agent.name
     _make_dir(staged.parent, 0o755, None)
     shutil.copyfile(agent, staged)
-    os.chmod(staged, 0o755)  # noqa: S103 - the sandbox user runs it; it is the agent, nothing secret
+    # Readable by the sandbox user; runnable only if the original was runnable by someone.
+    runnable = os.stat(agent).st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    os.chmod(staged, 0o755 if runnable else 0o644)
     return staged
 
 
