@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import pickle
 
 import pytest
@@ -121,3 +122,18 @@ def test_bech32_round_trip_and_bip173_rules() -> None:
         bech32_decode(text.replace("1", "b", 1))  # separator gone
     # BIP-173 example of a valid checksum with an empty data part.
     assert bech32_decode("a12uel5l") == ("a", b"")
+
+
+def test_a_schnorr_signature_verifies_under_coincurve_and_each_one_is_fresh() -> None:
+    from coincurve import PublicKeyXOnly
+
+    secret = SecretKey.generate()
+    message = hashlib.sha256(b"answer").digest()
+    first, second = secret.sign_schnorr(message), secret.sign_schnorr(message)
+    signer = PublicKeyXOnly(bytes.fromhex(secret.public_key().to_hex()))
+    assert signer.verify(first, message)
+    assert signer.verify(second, message)
+    assert first != second  # fresh auxiliary randomness each time
+    assert not signer.verify(first, hashlib.sha256(b"other").digest())
+    with pytest.raises(ValueError, match="32 bytes"):
+        secret.sign_schnorr(b"short")

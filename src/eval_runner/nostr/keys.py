@@ -14,9 +14,13 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Final, TypeGuard
+from typing import Any, Final, TypeGuard
 
 from coincurve import PrivateKey, PublicKeyXOnly
+
+# coincurve's cffi binding of libsecp256k1 (private to coincurve, which is pinned <22): the keypair API.
+from coincurve._libsecp256k1 import ffi as _ffi
+from coincurve._libsecp256k1 import lib as _lib
 
 from eval_runner.nostr.bech32 import bech32_decode, bech32_encode
 from eval_runner.nostr.errors import KeyFormatError
@@ -45,10 +49,11 @@ def _key_bytes(text: str, hrp: str, path: str) -> bytes:
 class SecretKey:
     """A secp256k1 secret scalar (1 ≤ k < n). Immutable; never printed."""
 
-    __slots__ = ("_public", "_secret", "_signer")
+    __slots__ = ("_keypair", "_public", "_secret", "_signer")
 
     _secret: bytes
     _signer: PrivateKey
+    _keypair: Any
     _public: PublicKey
 
     def __init__(self, secret: bytes) -> None:
@@ -58,8 +63,14 @@ class SecretKey:
             signer = PrivateKey(secret)
         except ValueError:
             raise KeyFormatError("invalid_key", "secret", "a secret key must be in 1..n-1") from None
+        # libsecp256k1's keypair, made once: coincurve's `sign_schnorr` remakes it for every signature and
+        # then verifies its own signature (~56 of its ~77 µs), and the runner signs every answer it sends.
+        keypair = _ffi.new("secp256k1_keypair *")
+        if not _lib.secp256k1_keypair_create(signer.context.ctx, keypair, signer.secret):
+            raise KeyFormatError("invalid_key", "secret", "a secret key must be in 1..n-1")
         object.__setattr__(self, "_secret", secret)
         object.__setattr__(self, "_signer", signer)
+        object.__setattr__(self, "_keypair", keypair)
         object.__setattr__(self, "_public", PublicKey(signer.public_key.format()[1:]))
 
     @classmethod
@@ -80,9 +91,19 @@ class SecretKey:
         return self._public
 
     def sign_schnorr(self, message32: bytes) -> bytes:
-        """BIP-340 signature over a 32-byte message, with fresh auxiliary randomness."""
-        signature: bytes = self._signer.sign_schnorr(message32, secrets.token_bytes(32))
-        return signature
+        """BIP-340 signature over a 32-byte message, with fresh auxiliary randomness.
+
+        Through coincurve's libsecp256k1 binding with the keypair kept from construction. coincurve's own
+        method would also re-verify the signature (a guard against faulty hardware); every receiver verifies
+        our events anyway, and the tests check our signatures against coincurve and nostr-sdk."""
+        if len(message32) != 32:
+            raise ValueError("a BIP-340 message is exactly 32 bytes")
+        signature = _ffi.new("unsigned char[64]")
+        if not _lib.secp256k1_schnorrsig_sign32(
+            self._signer.context.ctx, signature, message32, self._keypair, secrets.token_bytes(32)
+        ):
+            raise ValueError("libsecp256k1 could not sign")
+        return bytes(_ffi.buffer(signature))
 
     def to_bytes(self) -> bytes:
         return self._secret
