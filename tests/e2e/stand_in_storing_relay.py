@@ -17,14 +17,15 @@ import json
 from collections import Counter
 from typing import Any
 
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import Server, ServerConnection
 
 from eval_runner.nostr import ClientEvent, Close, Event, Filter, Req, parse_client_frame
+from tests.service.stand_in_relay import LoopbackRelayServer
 
 BOUND = 30.0
 
 
-class StandInStoringRelay:
+class StandInStoringRelay(LoopbackRelayServer):
     """Use `async with StandInStoringRelay() as relay`; `relay.url` is its ws:// address."""
 
     def __init__(self) -> None:
@@ -36,18 +37,6 @@ class StandInStoringRelay:
         self._subscriptions: dict[ServerConnection, dict[str, tuple[Filter, ...]]] = {}
         self._server: Server | None = None
         self._changed = asyncio.Condition()
-
-    async def __aenter__(self) -> StandInStoringRelay:
-        self._server = await serve(self._handle, "127.0.0.1", 0, compression=None, ping_interval=None)
-        port = self._server.sockets[0].getsockname()[1]
-        self.url = f"ws://127.0.0.1:{port}"
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        async with asyncio.timeout(BOUND):
-            await self._server.wait_closed()
 
     async def wait_reqs(self, sub_id: str, count: int) -> None:
         """Until `count` REQs for `sub_id` have arrived (over any connection)."""

@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import nostr_sdk as sdk
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -134,7 +134,30 @@ class StandInConnection:
             self.closed.set()
 
 
-class StandInRelay:
+class LoopbackRelayServer:
+    """A WebSocket server on a free loopback port for a stand-in relay: `url` once entered, closed (within
+    `BOUND`) on exit. Subclasses answer each connection in `_handle`."""
+
+    url: str = ""
+    _server: Server | None = None
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        self._server = await serve(self._handle, "127.0.0.1", 0, compression=None, ping_interval=None)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"ws://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        async with asyncio.timeout(BOUND):
+            await self._server.wait_closed()
+
+
+class StandInRelay(LoopbackRelayServer):
     """A websockets relay on loopback whose every connection the test drives."""
 
     def __init__(self, *, challenge: bool = True) -> None:
@@ -169,18 +192,6 @@ class StandInRelay:
             await connection.send(["AUTH", connection.challenge])
         self._incoming.put_nowait(connection)
         await connection._read()
-
-    async def __aenter__(self) -> StandInRelay:
-        self._server = await serve(self._handle, "127.0.0.1", 0, compression=None, ping_interval=None)
-        port = self._server.sockets[0].getsockname()[1]
-        self.url = f"ws://127.0.0.1:{port}"
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        async with asyncio.timeout(BOUND):
-            await self._server.wait_closed()
 
 
 class Recorder:
