@@ -11,6 +11,8 @@ import pytest
 from eval_runner.contracts.refs import ArtifactRef, DefinitionRef, EventRef
 from eval_runner.contracts.report import MeasuredArm, Report, Verdict
 from eval_runner.contracts.report_documents import AgentPin, ArmLock, Limitations, Question, RunsDocument
+from eval_runner.contracts.report_statistics import META_KEY as STATISTICS_KEY
+from eval_runner.contracts.report_statistics import StatisticRow, Statistics
 from eval_runner.contracts.strict_json import canonical, digest_bytes, pretty, read
 from eval_runner.engine.catalog import Program, Skill, Subject
 from eval_runner.engine.gate_digest import gate_digest
@@ -186,6 +188,11 @@ def metrics(report: Report, arm: MeasuredArm) -> dict[str, Any]:
     return {m.metric: m for m in report.measurements if m.arm is arm}
 
 
+def statistics_of(report: Report) -> dict[str, StatisticRow]:
+    found = Statistics.from_meta(report.meta_extra)
+    return {} if found is None else {row.metric: row for row in found.rows}
+
+
 # --- the report as a reader reads it ---------------------------------------------------------------
 
 
@@ -325,12 +332,14 @@ def test_the_reference_measurements_keep_its_order_and_denominators(evals: Path)
     assert all(m.uncertainty is None for m in built.report.measurements)
 
 
-def test_the_statistics_stand_beside_the_verdict_as_comparison_measurements(evals: Path) -> None:
+def test_the_statistics_stand_beside_the_verdict_in_meta_never_as_measurements(evals: Path) -> None:
     given = inputs(evals)
     built = build_report(given)
-    comparison = metrics(built.report, MeasuredArm.COMPARISON)
-    assert set(STATISTICS) <= set(comparison)
-    assert not set(STATISTICS) & set(metrics(built.report, MeasuredArm.SUBJECT))
+    comparison = statistics_of(built.report)
+    assert list(comparison) == list(STATISTICS)
+    assert not set(STATISTICS) & {m.metric for m in built.report.measurements}
+    assert list(built.report.meta_extra) == [STATISTICS_KEY]
+    assert read(built.report_bytes)["meta"][STATISTICS_KEY]["runs"] == built.report.runs.to_json()
     expected = evidence(strata_of(built.scores))
     assert built.evidence == expected
     # statistics.md §C2: one case at 3/3 against 0/3, the other tied at all-pass, is p = 0.050.
@@ -338,7 +347,10 @@ def test_the_statistics_stand_beside_the_verdict_as_comparison_measurements(eval
     assert comparison["p_harms"].value == pytest.approx(1.0)
     assert comparison["delta_pass_rate"].value == pytest.approx(0.5)
     assert comparison["delta_pass_rate"].denominator == 12
-    assert comparison["delta_low_95"].value < 0.5 < comparison["delta_high_95"].value
+    low, high = comparison["delta_low_95"].value, comparison["delta_high_95"].value
+    assert low is not None
+    assert high is not None
+    assert low < 0.5 < high
     assert (comparison["cases_improved"].value, comparison["cases_improved"].denominator) == (1, 2)
     assert comparison["cases_worsened"].value == 0
     assert comparison["min_detectable_effect"].value == expected.min_detectable_effect
@@ -349,7 +361,7 @@ def test_the_statistics_stand_beside_the_verdict_as_comparison_measurements(eval
 def test_an_underpowered_design_writes_a_null_detectable_effect(evals: Path) -> None:
     attempts = tuple(a for a in better_attempts() if a.attempt == 1)  # one run per arm: nothing reaches 5 %
     built = build_report(inputs(evals, attempts, setup=RunSetup(runs=1)))
-    comparison = metrics(built.report, MeasuredArm.COMPARISON)
+    comparison = statistics_of(built.report)
     assert built.evidence is not None
     assert built.evidence.underpowered
     assert comparison["min_detectable_effect"].value is None
@@ -361,10 +373,11 @@ def test_the_statistics_count_what_they_could_not_use(evals: Path) -> None:
     # overview has one recorded run of three per arm, so its pass is undecided and it is not compared.
     attempts = tuple(a for a in better_attempts() if a.attempt == 1 or a.case == "greeting")
     built = build_report(inputs(evals, attempts))
-    comparison = metrics(built.report, MeasuredArm.COMPARISON)
+    comparison = statistics_of(built.report)
     assert (comparison["p_helps"].denominator, comparison["p_helps"].unknown_count) == (1, 1)
     assert (comparison["delta_pass_rate"].denominator, comparison["delta_pass_rate"].unknown_count) == (6, 6)
-    assert (comparison["change"].denominator, comparison["change"].unknown_count) == (1, 1)
+    change = metrics(built.report, MeasuredArm.COMPARISON)["change"]
+    assert (change.denominator, change.unknown_count) == (1, 1)
 
 
 def test_notes_are_at_most_four_of_at_most_two_hundred_characters(evals: Path) -> None:
@@ -519,11 +532,11 @@ def test_statistics_are_left_out_before_the_report_outgrows_a_reader(tmp_path: P
     """Grow the suite until the reference measurements still fit in 64 KiB and the statistics would not."""
     count = 30
     while STATISTICS_LEFT_OUT not in (built := many_cases(tmp_path, count)).limitations.limitations:
-        assert set(STATISTICS) <= set(metrics(built.report, MeasuredArm.COMPARISON))
+        assert list(statistics_of(built.report)) == list(STATISTICS)
         count += 1
         assert count < 60, "no suite size reached the report's limit"
     assert Report.parse_bytes(built.report_bytes) == built.report
-    assert not set(STATISTICS) & set(metrics(built.report, MeasuredArm.COMPARISON))
+    assert statistics_of(built.report) == {}
     assert built.evidence is not None  # the page still shows them
     with pytest.raises(ReportError, match="beyond what a reader accepts"):
         many_cases(tmp_path, 60)

@@ -8,11 +8,10 @@ times, the host name and every attempt; writing the results directory is `engine
 page a person reads is `engine.report_html`.
 
 What the report carries beyond the reference, beside the verdict and never deciding it: the exact
-stratified permutation test of statistics.md §C3 as `comparison` measurements named as
-`statistics.Evidence.as_measurements` names them (`p_helps`, `p_harms`, their mid-p, `delta_pass_rate`
-with `delta_low_95`/`delta_high_95`, `cases_improved`, `cases_worsened`, `min_detectable_effect`). If
-they would push the report past a reader's limits (1,024 measurements, 64 KiB) they are left out and a
-limitation says so; the reference's measurements never are.
+stratified permutation test of statistics.md §C3 and its companions, in `meta.eval_runner_statistics`
+(`contracts.report_statistics`), never as measurements, whose metrics the reference's validator holds to
+the suite's `metrics.json`. If they would push the report past a reader's 64 KiB they are left out and
+a limitation says so; the reference's measurements never are.
 
 Decisions where the spec is silent (docs/decisions.md, "The report and its results directory"):
 * `meta.ext_eval.gate` is the Gym's rule digest (`gate_digest`): sha256 over the gate's identity
@@ -44,6 +43,7 @@ from eval_runner.contracts.report_documents import (
     RunsDocument,
     document_ref,
 )
+from eval_runner.contracts.report_statistics import META_KEY as STATISTICS_KEY
 from eval_runner.contracts.strict_json import JsonValue, digest_bytes, pretty, read
 from eval_runner.engine import scores as scoring
 from eval_runner.engine.frontmatter import TestSetError
@@ -60,7 +60,7 @@ from eval_runner.engine.report_inputs import (
     run_path,
     unknown_grades,
 )
-from eval_runner.engine.report_measurements import measurements, statistics_measurements
+from eval_runner.engine.report_measurements import measurements, statistics
 from eval_runner.engine.scores import Arm as RunSide
 from eval_runner.engine.scores import ArmSummary, GradedRun, PlannedCase, ScoreError, Scores
 from eval_runner.engine.statistics import Evidence, evidence, strata_of
@@ -161,13 +161,15 @@ def build_report(inputs: ReportInputs) -> BuiltReport:
         baseline=None if scores.baseline is None else _counts(scores.baseline),
     )
     ext_eval = _ext_eval(inputs, scores, digest)
-    stats = statistics_measurements(scores, found, runs_ref) if found is not None else ()
-    base = measurements(scores, runs_ref)
-    candidates = [((*base, *stats), base_limitations)]
-    if stats:
-        candidates.append((base, (*base_limitations, STATISTICS_LEFT_OUT)))
+    stats = statistics(scores, found, runs_ref) if found is not None else None
+    rows = measurements(scores, runs_ref)
+    candidates: list[tuple[dict[str, JsonValue], tuple[str, ...]]] = [
+        ({} if stats is None else {STATISTICS_KEY: stats.to_json()}, base_limitations)
+    ]
+    if stats is not None:
+        candidates.append(({}, (*base_limitations, STATISTICS_LEFT_OUT)))
     last_error: ContractError | None = None
-    for rows, limitations in candidates:
+    for meta_extra, limitations in candidates:
         try:
             limits = Limitations(limitations, partial)
             limitations_bytes, limitations_ref = limits.ref()
@@ -181,10 +183,11 @@ def build_report(inputs: ReportInputs) -> BuiltReport:
                 ended_at=inputs.ended_at,
                 runs=runs_ref,
                 coverage=coverage,
-                measurements=tuple(rows),
+                measurements=rows,
                 verdict=Verdict(decided.verdict.value),
                 limitations=limitations_ref,
                 ext_eval=ext_eval,
+                meta_extra=meta_extra,
             )
             report_bytes, ref = report_ref(report)
         except ContractError as error:

@@ -1,5 +1,5 @@
 """A report's measurements: the reference's per arm, per case and comparison rows (wire.md §13.3), and the
-statistics that stand beside the verdict (statistics.md §C3).
+statistics that stand beside the verdict (statistics.md §C3) in `meta` (`contracts.report_statistics`).
 
 The reference's rows keep its order and denominators (`ext-eval` `report::measurements`): per arm
 `cases_passed` (over cases decided, unknown = cases undecided), `mean_score` (over cases with a score),
@@ -7,12 +7,12 @@ The reference's rows keep its order and denominators (`ext-eval` `report::measur
 `case.<id>.score` and `case.<id>.runs_passed`; with a baseline, `comparison` `change` (over compared
 cases, unknown = cases both arms ran but not compared) and `case.<id>.change`.
 
-The statistics follow as `comparison` rows named as `statistics.Evidence.as_measurements` names them:
+The statistics are rows of their own, never measurements (the reference's validator refuses a metric the
+suite's `metrics.json` does not define), named as `statistics.Evidence.as_measurements` names them:
 `p_helps`, `p_harms`, `p_helps_mid`, `p_harms_mid` (one-sided, exact stratified permutation test),
 `delta_pass_rate`, `delta_low_95`, `delta_high_95` (pooled pass rate with − without and its Newcombe
 interval, over runs), `cases_improved`, `cases_worsened` (breadth) and `min_detectable_effect` (null
-when the design is underpowered). Every row's `uncertainty` is null and its evidence is the runs
-document. Pure.
+when the design is underpowered), over the runs document. Pure.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import math
 
 from eval_runner.contracts.refs import ArtifactRef
 from eval_runner.contracts.report import MeasuredArm, Measurement
+from eval_runner.contracts.report_statistics import StatisticRow, Statistics
 from eval_runner.engine.scores import Arm as RunSide
 from eval_runner.engine.scores import Scores
 from eval_runner.engine.statistics import Evidence
@@ -82,21 +83,20 @@ def measurements(scores: Scores, runs_ref: ArtifactRef) -> tuple[Measurement, ..
 _RUN_METRICS = frozenset({"delta_pass_rate", "delta_low_95", "delta_high_95"})
 
 
-def statistics_measurements(scores: Scores, found: Evidence, runs_ref: ArtifactRef) -> tuple[Measurement, ...]:
-    """statistics.md §C3 beside the verdict, as `comparison` measurements. `unknown_count` counts what
-    the evidence could not use: cases run in both arms but not compared, or their arms' unscored runs."""
+def statistics(scores: Scores, found: Evidence, runs_ref: ArtifactRef) -> Statistics:
+    """statistics.md §C3 beside the verdict. `unknown_count` counts what the evidence could not use: cases run
+    in both arms but not compared, or their arms' unscored runs."""
     both = [case for case in scores.cases if case.baseline is not None]
     uncompared = sum(1 for case in both if not case.compared)
     planned_runs = sum(case.subject.planned + case.baseline.planned for case in both if case.baseline is not None)
     unused_runs = planned_runs - found.runs_with - found.runs_without
-    return tuple(
-        measurement(
-            MeasuredArm.COMPARISON,
+    rows = tuple(
+        StatisticRow(
             metric,
-            value,
+            None if value is None or not math.isfinite(value) else value,
             denominator,
             unused_runs if metric in _RUN_METRICS else uncompared,
-            runs_ref,
         )
         for metric, value, denominator in found.as_measurements()
     )
+    return Statistics(runs=runs_ref, rows=rows)

@@ -20,7 +20,10 @@ end to end and deterministically.
 * Prints a final JSON line `{"reply", "outcome", "cost_usd": 0.001, "error"}` on stdout.
 * `OA_EVAL_FAKE` adds behaviour: `sleep` prints `{"pid": N}` and sleeps until stopped; `env` prints the
   environment to stdout as `NAME=value` lines; `write` writes the reply to `summary.md` in the working
-  directory; `canary` replies whether the file named by `OA_EVAL_CANARY` can be read.
+  directory; `canary` replies whether the file named by `OA_EVAL_CANARY` can be read; `replay` plays what
+  the door scripts (`{"trajectory": ATIF document, "files": {path: text}, "cost_usd": n|null, "sleep": bool}`):
+  it writes the trajectory document at --trace, the files in the working directory, and the cost, or
+  sleeps until stopped — how the reference's scenario suite is replayed through a real sandbox.
 
 It must run under a bare `/usr/bin/python3` with an empty environment plus the contract's variables
 (the sandbox clears the environment), so it imports the standard library only and never `eval_runner`.
@@ -203,6 +206,38 @@ def canary_report() -> str:
     return f"canary: {'readable' if readable else 'unreadable'}; home canary listed: {str(listed).lower()}"
 
 
+def replay(prompt: str, trace: Path | None) -> int:
+    """Ask the door for the turn to play, then play it (see the module docstring)."""
+    try:
+        guidance = Path(os.environ["CODER_GUIDANCE"]).read_text(encoding="utf-8")
+    except (KeyError, OSError, ValueError):
+        guidance = ""
+    try:
+        script = json.loads(ask(guidance, prompt))
+    except (DoorError, ValueError) as exc:
+        summary(None, "failed", f"no turn to replay: {exc}")
+        return 1
+    if not isinstance(script, dict):
+        summary(None, "failed", "the turn to replay is not an object")
+        return 1
+    if script.get("sleep") is True:
+        print(json.dumps({"pid": os.getpid()}), flush=True)
+        while True:
+            time.sleep(1)
+    document = script.get("trajectory")
+    if trace is not None and isinstance(document, dict):
+        trace.write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
+    files = script.get("files")
+    for name, text in (files if isinstance(files, dict) else {}).items():
+        target = Path.cwd() / str(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(str(text), encoding="utf-8")
+    cost = script.get("cost_usd")
+    cost = cost if isinstance(cost, int | float) and not isinstance(cost, bool) else None
+    print(json.dumps({"reply": None, "outcome": "answered", "cost_usd": cost, "error": None}), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stand-in-agent", description="A stand-in for coder, for tests.")
     parser.add_argument("--prompt-file")
@@ -228,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": 0,
         "version": VERSION,
     }
+    if mode == "replay":
+        return replay(prompt, Path(args.trace) if args.trace else None)
     log = TraceLog(Path(args.trace) if args.trace else None, session)
     log.step("User", prompt)
 

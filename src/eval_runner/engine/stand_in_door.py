@@ -32,9 +32,10 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -100,6 +101,55 @@ class AnswerTable:
         return cls(parsed, fallback, tuple(phrases))
 
 
+class Answers(Protocol):
+    """What a stand-in door answers: a table of fixed replies, or a script."""
+
+    def answer(self, prompt: str, instructions: str) -> str: ...
+
+    def judge(self, record: str) -> str: ...
+
+
+@dataclass
+class Script:
+    """Replies handed out one per call, in order, to calls matching `prompt_contains` (any case) and, if set,
+    whose instructions contain `instructions_contain` — or lack it, with `instructions_lack`."""
+
+    prompt_contains: str
+    replies: deque[str]
+    instructions_contain: str | None = None
+    instructions_lack: str | None = None
+
+    def matches(self, prompt: str, instructions: str) -> bool:
+        if self.prompt_contains.lower() not in prompt.lower():
+            return False
+        if self.instructions_contain is not None and self.instructions_contain not in instructions:
+            return False
+        return self.instructions_lack is None or self.instructions_lack not in instructions
+
+
+@dataclass
+class ScriptedAnswers:
+    """A stand-in model scripted turn by turn: the first script that matches and has a reply left gives its
+    next one; `fallback` when none has. The judge always says FAIL (a scripted run has no judge)."""
+
+    scripts: list[Script]
+    fallback: str = GREETING_REPLY
+
+    def answer(self, prompt: str, instructions: str) -> str:
+        for script in self.scripts:
+            if script.replies and script.matches(prompt, instructions):
+                return script.replies.popleft()
+        return self.fallback
+
+    def judge(self, record: str) -> str:
+        return "FAIL"
+
+    @property
+    def left(self) -> int:
+        """Replies not handed out yet."""
+        return sum(len(script.replies) for script in self.scripts)
+
+
 def _rule(value: Any, index: int) -> AnswerRule:
     keys = {"prompt_contains", "reply", "instructions_contain"}
     if not isinstance(value, dict) or set(value) - keys or not {"prompt_contains", "reply"} <= set(value):
@@ -126,7 +176,7 @@ class StandInDoor:
     """The stand-in door on loopback. `async with StandInDoor(key) as door: door.url`."""
 
     key: str = field(repr=False)
-    table: AnswerTable = field(default_factory=AnswerTable)
+    table: Answers = field(default_factory=AnswerTable)
     host: str = "127.0.0.1"
     port: int = 0
     calls: list[DoorCall] = field(default_factory=list)

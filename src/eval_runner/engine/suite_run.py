@@ -5,8 +5,10 @@ attempts 1..runs, then the baseline arm's unless the case is subject-only. Each 
 agent turn (`engine/run.py`), graded at once (`engine/graders.py`) so its workspace can go; results are
 kept in plan order whatever order they finish in. `Started`/`Finished` go to a callback (the service
 streams them as progress). A cancelled suite records the attempts it had not started as `cancelled` and is
-graded with no doors (§13.6). The report and results directory come from `engine/report_build.py` and
-`engine/results_dir.py`.
+graded with no doors (§13.6). `run_suite` is `execute` (the planned attempts, run and graded) then
+`evaluate` (scored against the plan, a planned attempt without a record reported `unknown`), as the
+reference's `run::execute` and `run::evaluate_runs` are. The report and results directory come from
+`engine/report_build.py` and `engine/results_dir.py`.
 """
 
 from __future__ import annotations
@@ -213,10 +215,32 @@ async def run_suite(
     """Run every planned attempt, grade it, and write the report and results directory."""
     stop = cancel or asyncio.Event()
     started_at = int(clock())
-    pin = await asyncio.to_thread(agent_pin, plan.agent, plan.questions)
     attempts = plan_attempts(plan.suite, plan.subject, plan.runs)
+    done = await execute(plan, attempts, confinement=confinement, doors=doors, on_progress=on_progress, cancel=stop)
+    return await evaluate(
+        plan,
+        done,
+        confinement=confinement,
+        doors=doors,
+        started_at=started_at,
+        ended_at=max(started_at, int(clock())),
+        cancelled=stop.is_set(),
+    )
+
+
+async def execute(
+    plan: SuitePlan,
+    attempts: Sequence[PlannedAttempt],
+    *,
+    confinement: Confinement | Unconfined,
+    doors: Doors = NO_DOORS,
+    on_progress: ProgressCallback | None = None,
+    cancel: asyncio.Event | None = None,
+) -> tuple[Attempt, ...]:
+    """Run `attempts` at most `plan.concurrency` at a time, grading each as it ends; results in the order
+    given. An attempt not started before `cancel` is set is recorded `cancelled`."""
+    stop = cancel or asyncio.Event()
     operations = plan.subject.operations()
-    gate = gate_file()
     slots = asyncio.Semaphore(plan.concurrency)
     door_setup = DoorSetup(coder=partial(DoorProxy, plan.door.url, plan.door.key))
 
@@ -242,21 +266,35 @@ async def run_suite(
             return attempt
 
     async with PatternRunner() as patterns:  # one pattern worker for the whole suite, started if needed
-        done = await asyncio.gather(*(one(planned) for planned in attempts))
-    cancelled = stop.is_set()
+        return tuple(await asyncio.gather(*(one(planned) for planned in attempts)))
+
+
+async def evaluate(
+    plan: SuitePlan,
+    attempts: Sequence[Attempt],
+    *,
+    confinement: Confinement | Unconfined,
+    doors: Doors,
+    started_at: int,
+    ended_at: int,
+    cancelled: bool = False,
+) -> SuiteOutcome:
+    """Score the attempts against the plan, decide, and write the report and results directory. A planned
+    attempt with no record in `attempts` is one nobody saw the end of: it is reported `unknown`."""
+    pin = await asyncio.to_thread(agent_pin, plan.agent, plan.questions)
     limitation = receipt_limitation(plan.suite.cases)
     inputs = ReportInputs(
         suite=plan.suite,
         subject=plan.subject,
         agent=pin,
-        attempts=tuple(done),
-        gate_file=gate,
+        attempts=tuple(attempts),
+        gate_file=gate_file(),
         author=plan.author.author,
         package=plan.author.package,
         component=plan.author.component,
         evaluator=plan.author.evaluator,
         started_at=started_at,
-        ended_at=max(started_at, int(clock())),
+        ended_at=ended_at,
         setup=RunSetup(
             runs=plan.runs,
             baseline=True,
