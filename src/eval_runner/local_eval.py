@@ -57,6 +57,7 @@ from eval_runner.engine.confinement import probe
 from eval_runner.engine.door_graders import Doors
 from eval_runner.engine.frontmatter import TestSetError
 from eval_runner.engine.grading_doors import OpenResponsesJudge
+from eval_runner.engine.leftovers import mark_owner, sweep
 from eval_runner.engine.report_build import ReportError
 from eval_runner.engine.results_dir import ResultsError
 from eval_runner.engine.sandbox import SANDBOX_UID, Unconfined
@@ -184,6 +185,8 @@ def prepare(options: EvalRunOptions, environ: Mapping[str, str]) -> LocalEval:
     temp_base = Path(environ.get("EVAL_RUNNER_TMP") or "/tmp")  # noqa: S108 - a short base; see the docstring
     if not temp_base.is_dir():
         raise LocalEvalError(f"EVAL_RUNNER_TMP={temp_base} is not a directory")
+    if swept := sweep((temp_base,), prefixes=("er-",)):
+        notices.append(swept.line())
     return LocalEval(
         tool=tool,
         suite=suite,
@@ -356,6 +359,7 @@ async def _temp_root(base: Path) -> AsyncIterator[Path]:
                 f"(at most {MAX_TEMP_ROOT_BYTES} bytes); point EVAL_RUNNER_TMP at a shorter path"
             )
         os.chmod(made, 0o755)  # noqa: S103 - the sandbox's uid must reach its run directories
+        mark_owner(made)
         if os.geteuid() == 0:
             closed = next((path for path in made.parents if not os.stat(path).st_mode & stat.S_IXOTH), None)
             if closed is not None:

@@ -22,12 +22,13 @@ from eval_runner.contracts.execution import ExecuteBody
 from eval_runner.contracts.outputs import RunOutput
 from eval_runner.contracts.strict_json import JsonValue
 from eval_runner.engine.catalog import Catalog
+from eval_runner.engine.leftovers import bridges
 from eval_runner.engine.stand_in_door import StandInDoor
 from eval_runner.nostr import Event, SecretKey
 from eval_runner.service.claims import key_name, key_of
 from eval_runner.service.serve import STOPPED, STOPPING
 from tests.e2e.serve_process import DOOR_KEY, EXAMPLE, ServeProcess, free_port, runner_env, serving
-from tests.engine.sandboxed_runs import fresh_temp_root, host_confinement
+from tests.engine.sandboxed_runs import BOUND_SECONDS, ends_within, fresh_temp_root, host_confinement
 from tests.service.trainer_side import Trainer, asking_case, catalog_tool, draft, example_case, run_input
 
 STALLS = """+++
@@ -39,7 +40,7 @@ allowed_operations = ["read"]
 deadline_seconds = {deadline}
 
 [run.env]
-OA_EVAL_FAKE = "sleep"
+OA_EVAL_FAKE = "wait"
 +++
 
 Say hello, then wait.
@@ -104,8 +105,13 @@ async def test_a_run_killed_mid_way_is_answered_unknown_after_a_restart_and_neve
                 assert notes[-1].planned == 4
                 key = key_of(runner, phone.public_key().to_hex(), "req-killed", 1)
                 await first.wait_for(f"running {key_name(key)} for {phone.public_key().to_hex()[:12]}: 2 tests")
+                await door.answered(3)  # the stalling turn asked the door: it is in its sandbox
+                sandboxes = [pid for pid, mark in bridges() if mark.startswith(f"{first.process.pid}:")]
+                assert len(sandboxes) == 1, "the stalling run is in its sandbox"
                 await first.kill()
                 assert trainer.sent[event.id].results == [], "the run was cut off before its result"
+                # The sandbox ended with its runner: a sandbox outliving a killed runner was seen (issue 7).
+                assert ends_within(sandboxes[0], BOUND_SECONDS), "the sandbox outlived its runner"
         door_calls = len(door.calls)
         assert door_calls >= 2, "the greeting's two runs asked the door"
         jobs_before = files_under(state / "jobs")

@@ -7,6 +7,7 @@ import asyncio
 import functools
 import json
 import os
+import select
 import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
@@ -23,6 +24,8 @@ from eval_runner.engine.testset import Operation
 from tests.engine.stand_in_door_proxy import StandInDoors
 
 AGENT = Path(__file__).with_name("stand_in_sandboxed_agent.py").resolve()
+#: A failure bound for waiting on a process to end, never a synchronisation.
+BOUND_SECONDS = 30
 PROMPT = "Say hello.\n"
 MODEL = "stand-in-model"
 
@@ -85,6 +88,18 @@ async def run_act(
 def report(record: RunRecord) -> Any:
     """The stand-in agent's JSON report: its first stdout line."""
     return json.loads(record.stdout.splitlines()[0])
+
+
+def ends_within(pid: int, seconds: float) -> bool:
+    """Wait (on a pidfd, no polling) for a process that is not our child to end."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([pidfd], [], [], seconds)[0])
+    finally:
+        os.close(pidfd)
 
 
 def processes_holding(marker: str) -> dict[int, str]:

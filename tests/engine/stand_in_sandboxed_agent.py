@@ -361,6 +361,29 @@ def noop() -> None:
     pass
 
 
+def ptrace_bridge() -> None:
+    """Try to take over pid 1 (the bridge): ptrace it, read its memory, read it through process_vm_readv;
+    and try System V shared memory, which no process's resident set would show."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def call(result: int) -> str:
+        return "ok" if result >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+
+    found = {"seize": call(libc.ptrace(0x4206, 1, None, None))}  # PTRACE_SEIZE
+    try:
+        with open("/proc/1/mem", "rb") as file:
+            file.read(1)
+        found["mem"] = "ok"
+    except OSError as exc:
+        found["mem"] = _errname(exc)
+    buffer = ctypes.create_string_buffer(8)
+    local = (ctypes.c_void_p * 2)(ctypes.cast(buffer, ctypes.c_void_p), 8)
+    remote = (ctypes.c_void_p * 2)(0x400000, 8)
+    found["vm"] = call(libc.process_vm_readv(1, local, 1, remote, 1, 0))
+    found["shm"] = call(libc.shmget(0, 1 << 20, 0o1600))  # IPC_PRIVATE, IPC_CREAT | 0600
+    _report(found)
+
+
 ACTS: dict[str, Callable[[], None]] = {
     "contract": contract,
     "writes": writes,
@@ -382,6 +405,7 @@ ACTS: dict[str, Callable[[], None]] = {
     "exits": exits,
     "doors": doors,
     "noop": noop,
+    "ptrace-bridge": ptrace_bridge,
 }
 
 if __name__ == "__main__":

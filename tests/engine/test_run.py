@@ -308,7 +308,11 @@ async def test_the_workspace_stays_until_closed_and_nothing_else_does(
     record = await run_act(spec_for(temp_root, "contract", fixtures=(("kept.txt", b"k"),)), confinement)
     assert record.workspace is not None
     (root,) = temp_root.iterdir()
-    assert sorted(path.name for path in root.iterdir()) == ["home", "prompt.md"]
+    assert sorted(path.name for path in root.iterdir()) == [
+        ".owner",
+        "home",
+        "prompt.md",
+    ]  # .owner: for the sweep of leftovers
     assert [path.name for path in (root / "home").iterdir()] == ["cwd"]
     assert (record.workspace.path / "kept.txt").read_bytes() == b"k"
     record.workspace.close()

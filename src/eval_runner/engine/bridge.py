@@ -18,12 +18,26 @@ It is also the sandbox's pid 1 (bubblewrap `--as-pid-1`):
   `nostart <why>` to the status descriptor the runner gave it and exits; the kernel then kills whatever
   the agent left behind, because pid 1 is gone.
 
-It runs as `python3 -I -S -c <this file> STATUS_FD [limit:NAME=SOFT:HARD]... [door:PORT=SOCKET]... --
-COMMAND...`, so it must stay a single stdlib-only file that imports nothing that loads `enum` (`socket`,
-`signal`, `threading` cost ~6 ms each at start; `_socket`, `_signal`, `_thread` cost nothing): the
-bridge's start-up is on every run's critical path.
+The sandbox must never outlive its run, whatever happens to the runner, so the bridge ends it on its own:
+* when the runner is gone: it holds the read end of a pipe whose only write end the runner holds
+  (`lifeline:FD`); end of file there means the runner died, and the bridge SIGKILLs everything inside
+  and exits. It also asks the kernel for SIGKILL when bubblewrap (its parent) dies (`PR_SET_PDEATHSIG`,
+  set here because bubblewrap's own is cleared by the credential change it makes before exec). A pipe
+  has no race: a runner that died before the bridge looked is an end of file at once;
+* at the run's deadline plus the grace and a margin (`overdue:SECONDS`, an alarm): the runner stops a
+  run at its deadline, so this fires only if the runner could not, and reports `overdue <seconds>`;
+* it is not dumpable (`PR_SET_DUMPABLE 0`): the agent runs as the same uid, so otherwise it could read
+  `/proc/1/mem` or ptrace the bridge, which holds none of the agent's limits. (The runner's seccomp
+  filter also refuses ptrace and `process_vm_*` to everything in the sandbox.)
+It runs as `python3 -I -S -c <this file> STATUS_FD [limit:NAME=SOFT:HARD]... [door:PORT=SOCKET]...
+[lifeline:FD] [overdue:SECONDS] [owner:PID:START] -- COMMAND...` (`owner` names the runner
+process, for the sweep of leftovers at the next start), so it must stay a single stdlib-only file that
+imports nothing that loads `enum` (`socket`, `signal`, `threading`, `ctypes` cost ~2-6 ms each at start;
+`_socket`, `_signal`, `_thread`, `_ctypes` cost nothing): the bridge's start-up is on every run's
+critical path.
 """
 
+import _ctypes
 import _signal  # type: ignore[import-not-found]  # the C module behind `signal`, without `enum`
 import _socket
 import _thread
@@ -46,6 +60,8 @@ _FD_CEILING = 1 << 20
 # Exit code when the bridge itself cannot start (a door cannot listen): the status line says why.
 _BROKEN = 125
 _NOT_STARTED = 127
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 
 
 def main(argv: list[str]) -> None:
@@ -55,6 +71,7 @@ def main(argv: list[str]) -> None:
     os.set_inheritable(status_fd, False)
     limits: list[tuple[int, int, int]] = []
     doors: list[tuple[int, str]] = []
+    lifeline = overdue = None
     for option in options[1:]:
         kind, _, value = option.partition(":")
         name, _, setting = value.partition("=")
@@ -63,8 +80,14 @@ def main(argv: list[str]) -> None:
             limits.append((_LIMITS[name], int(soft), int(hard)))
         elif kind == "door":
             doors.append((int(name), setting))
-        else:
+        elif kind == "lifeline":
+            lifeline = int(value)
+        elif kind == "overdue":
+            overdue = int(value)
+        elif kind != "owner":
             raise SystemExit(f"eval-runner bridge: unknown option {option!r}")
+    environment = _given_environment()  # before `_guard`: a process that is not dumpable cannot read it
+    _guard(status_fd, lifeline, overdue)
     try:
         listeners = [(_listen(port), path) for port, path in doors]
     except OSError as exc:
@@ -72,7 +95,7 @@ def main(argv: list[str]) -> None:
         os._exit(_BROKEN)
     agent = os.fork()
     if agent == 0:
-        _exec_agent(command, limits, status_fd)
+        _exec_agent(command, limits, status_fd, environment)
     _signal.signal(_signal.SIGTERM, _forward_term)
     _thread.stack_size(256 * 1024)
     for listener, path in listeners:
@@ -90,7 +113,58 @@ def _listen(port: int) -> _socket.socket:
     return listener
 
 
-def _exec_agent(command: list[str], limits: list[tuple[int, int, int]], status_fd: int) -> None:
+def _guard(status_fd: int, lifeline: int | None, overdue: int | None) -> None:
+    """Make sure the sandbox ends without the runner: not dumpable, SIGKILL when bubblewrap dies, everything
+    SIGKILLed when the runner's end of the lifeline closes or the run is overdue."""
+    prctl = _prctl()
+    prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0)
+    if overdue is not None:
+        _signal.signal(_signal.SIGALRM, lambda _signum, _frame: _end_all(status_fd, f"overdue {overdue}"))
+        _signal.alarm(overdue)
+    if lifeline is not None:
+        _thread.start_new_thread(_watch_lifeline, (lifeline, status_fd))
+
+
+def _prctl() -> _ctypes.CFuncPtr:
+    """libc's `prctl`, through `_ctypes` (the `ctypes` package would cost the start-up ~2 ms)."""
+
+    class _Int(_ctypes._SimpleCData):  # type: ignore[type-arg]
+        _type_ = "i"
+
+    class _ULong(_ctypes._SimpleCData):  # type: ignore[type-arg]
+        _type_ = "L"
+
+    class _Function(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+        _restype_ = _Int
+        _argtypes_ = (_Int, _ULong, _ULong, _ULong, _ULong)
+
+    return _Function(_ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl"))  # type: ignore[arg-type]  # the program
+
+
+def _watch_lifeline(lifeline: int, status_fd: int) -> None:
+    _quietly_read(lifeline)  # blocks until the runner's end closes: it never writes
+    _end_all(status_fd, "orphaned the runner is gone")
+
+
+def _quietly_read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 1)
+    except OSError:
+        return b""
+
+
+def _end_all(status_fd: int, why: str) -> None:
+    """SIGKILL every other process of the sandbox and exit; pid 1's end ends the namespace."""
+    _report(status_fd, why)
+    _quietly(os.kill, -1, _signal.SIGKILL)
+    os._exit(_BROKEN)
+
+
+def _exec_agent(
+    command: list[str], limits: list[tuple[int, int, int]], status_fd: int, environment: dict[bytes, bytes]
+) -> None:
     """In the forked child: limits, default signals, no inherited descriptors, then the agent."""
     try:
         os.closerange(3, status_fd)
@@ -99,7 +173,7 @@ def _exec_agent(command: list[str], limits: list[tuple[int, int, int]], status_f
             resource.setrlimit(which, (soft, hard))
         _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
         _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
-        os.execve(command[0], command, _given_environment())  # noqa: S606 - the agent's own command line
+        os.execve(command[0], command, environment)  # noqa: S606 - the agent's own command line
     except OSError as exc:
         _report(status_fd, f"nostart {command[0]}: {exc.strerror or exc}")
     except BaseException as exc:  # a child must never return into the parent's code

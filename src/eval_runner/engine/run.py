@@ -53,6 +53,7 @@ from eval_runner.engine.collect import (
     sha256_digest,
     signature,
 )
+from eval_runner.engine.leftovers import mark_owner
 from eval_runner.engine.sandbox import (
     GRACE_SECONDS,
     SANDBOX_USER,
@@ -328,6 +329,8 @@ def _record(ended: Ended, auth_failed: bool, layout: _Layout, secrets: Sequence[
 def _outcome(ended: Ended, auth_failed: bool) -> tuple[RunOutcome, str | None]:
     if ended.stop is Stop.TIMEOUT:
         return errored("timeout"), None
+    if (ended.status or "").startswith("overdue "):
+        return errored("timeout"), "the sandbox ended itself past the deadline"
     if ended.stop is Stop.CANCELLED:
         return CANCELLED, None
     if ended.stop is Stop.MEMORY:
@@ -358,6 +361,7 @@ def _lay_out(spec: RunSpec, confinement: Confinement) -> _Layout:
     layout = _Layout(root, Path(os.path.abspath(spec.agent)))
     try:
         os.chmod(root, 0o755)  # noqa: S103 - the sandbox user reads it; nothing secret is in it
+        mark_owner(root)
         if owner is not None and not reachable(layout.agent, *owner):
             layout.agent = _staged_agent(layout.agent, root)
         _make_dir(layout.home, 0o755, None)

@@ -64,7 +64,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from eval_runner.engine import memory_watch
+from eval_runner.engine import memory_watch, syscall_filter
 
 #: Where the backend may be installed (runner.md §13.5), first found wins.
 BWRAP_PATHS = ("/usr/bin/bwrap", "/run/current-system/sw/bin/bwrap")
@@ -79,6 +79,8 @@ GRACE_SECONDS = 2.0
 _GONE_SECONDS = 5.0
 #: While a sandbox is stopping, holding this many times its memory budget SIGKILLs it at once.
 _CEILING = 1.5
+#: Seconds past the deadline and the grace after which the bridge ends the sandbox on its own.
+OVERDUE_MARGIN_SECONDS = 5
 
 _SYSTEM_DIRS = ("/usr", "/nix/store", "/run/current-system/sw")
 _TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -147,6 +149,8 @@ class Confinement:
     #: ~1.5 ms faster than Python's own setuid in the child); None → the child drops by itself.
     setpriv: str | None = None
     network_policy: str = NETWORK_POLICY
+    #: The compiled seccomp program (`engine/syscall_filter.py`); None where libseccomp is missing.
+    seccomp: bytes | None = field(default=None, repr=False)
 
     @property
     def backend(self) -> str:
@@ -262,6 +266,7 @@ def host_shape(bwrap: str | None = None) -> Confinement | Unconfined:
         outside_gid=SANDBOX_GID if root else None,
         read_only=tuple(read_only),
         links=tuple(links),
+        seccomp=syscall_filter.compiled(),
     )
 
 
@@ -294,6 +299,10 @@ async def run_confined(
 
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
         hold(status_r)
+        # The sandbox's lifeline: only this process ever holds the write end, so its end (however this
+        # process ends) is an end of file the bridge sees, and the bridge then ends the sandbox.
+        lifeline_r, lifeline_w = os.pipe2(os.O_CLOEXEC)
+        hold(lifeline_w)
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
         pid1 = _Pid1(info_r)
         held.callback(pid1.close)
@@ -301,7 +310,7 @@ async def run_confined(
         stderr = hold(_open_output(launch.stderr))
         # Descriptors only the sandbox keeps: closed here as soon as it has them.
         with contextlib.ExitStack() as passed_on:
-            passed = [status_w, info_w]
+            passed = [status_w, info_w, lifeline_r]
 
             def close_passed() -> None:
                 for fd in passed:
@@ -323,6 +332,9 @@ async def run_confined(
                 str(status_w),
                 *launch.limits.bridge_options(launch.deadline_seconds),
                 *(f"door:{port}={path}" for port, path in launch.doors),
+                f"lifeline:{lifeline_r}",
+                f"overdue:{math.ceil(launch.deadline_seconds + grace) + OVERDUE_MARGIN_SECONDS}",
+                f"owner:{owner_mark()}",
                 "--",
                 *launch.command,
             ]
@@ -498,6 +510,32 @@ class _Pid1:
             self.pidfd = None
 
 
+def owner_mark() -> str:
+    """`<pid>:<start time>` of this process: what a bridge names as its runner, so a later sweep can tell a
+    sandbox whose runner is gone (a pid alone may have been reused by then)."""
+    return _mark(os.getpid())
+
+
+@cache
+def _mark(pid: int) -> str:
+    return f"{pid}:{process_start(pid)}"
+
+
+def process_start(pid: int) -> int | None:
+    """A process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold anything; count fields after its end.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
 def _drop(confinement: Confinement) -> list[str]:
     """The command prefix that drops a root runner to the sandbox's uid (setpriv), if that is the way."""
     owner = confinement.owner()
@@ -520,15 +558,20 @@ def _options_file(confinement: Confinement, launch: Launch, info_fd: int, passed
     never appears in a command line another host process could read. Every descriptor made here is
     appended to `passed`."""
 
-    def data(content: str) -> str:
-        fd = _memfd(content.encode())
+    def data_fd(content: bytes) -> str:
+        fd = _memfd(content)
         passed.append(fd)
         return str(fd)
+
+    def data(content: str) -> str:
+        return data_fd(content.encode())
 
     ns = str(SANDBOX_UID)
     options = ["--unshare-all", "--unshare-user", "--uid", ns, "--gid", str(SANDBOX_GID), "--disable-userns"]
     options += ["--hostname", SANDBOX_USER, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     options += ["--as-pid-1", "--clearenv"]
+    if confinement.seccomp is not None:
+        options += ["--seccomp", data_fd(confinement.seccomp)]
     for path in confinement.read_only:
         options += ["--ro-bind-try", path, path]
     for target, link in confinement.links:

@@ -18,12 +18,13 @@ end to end and deterministically.
   module operation as `arguments.operation` when the binding names one — every kind of extension
   operation name runner.md §13.2 lists, so `operation_used` graders can find it.
 * Prints a final JSON line `{"reply", "outcome", "cost_usd": 0.001, "error"}` on stdout.
-* `OA_EVAL_FAKE` adds behaviour: `sleep` prints `{"pid": N}` and sleeps until stopped; `env` prints the
-  environment to stdout as `NAME=value` lines; `write` writes the reply to `summary.md` in the working
-  directory; `canary` replies whether the file named by `OA_EVAL_CANARY` can be read; `replay` plays what
-  the door scripts (`{"trajectory": ATIF document, "files": {path: text}, "cost_usd": n|null, "sleep": bool}`):
-  it writes the trajectory document at --trace, the files in the working directory, and the cost, or
-  sleeps until stopped — how the reference's scenario suite is replayed through a real sandbox.
+* `OA_EVAL_FAKE` adds behaviour: `sleep` prints `{"pid": N}` and sleeps until stopped; `wait` asks the
+  door once (so a test knows the turn began), then does the same; `env` prints the environment to stdout
+  as `NAME=value` lines; `write` writes the reply to `summary.md` in the working directory; `canary`
+  replies whether the file named by `OA_EVAL_CANARY` can be read; `replay` plays what the door scripts
+  (`{"trajectory": ATIF document, "files": {path: text}, "cost_usd": n|null, "sleep": bool}`): it writes
+  the trajectory document at --trace, the files in the working directory, and the cost, or sleeps until
+  stopped — how the reference's scenario suite is replayed through a real sandbox.
 
 It must run under a bare `/usr/bin/python3` with an empty environment plus the contract's variables
 (the sandbox clears the environment), so it imports the standard library only and never `eval_runner`.
@@ -32,6 +33,7 @@ It must run under a bare `/usr/bin/python3` with an empty environment plus the c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -273,6 +275,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}={value}")
         sys.stdout.flush()
     if mode == "sleep":
+        print(json.dumps({"pid": os.getpid()}), flush=True)
+        while True:
+            time.sleep(1)
+    if mode == "wait":
+        with contextlib.suppress(DoorError):
+            ask("", prompt)  # the door learns the turn began, then the turn never ends
         print(json.dumps({"pid": os.getpid()}), flush=True)
         while True:
             time.sleep(1)

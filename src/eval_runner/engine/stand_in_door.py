@@ -183,6 +183,13 @@ class StandInDoor:
     refused: int = 0
     _runner: web.AppRunner | None = field(default=None, repr=False)
     _url: str = field(default="", repr=False)
+    _called: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    async def answered(self, count: int) -> None:
+        """Wait until the door has answered `count` calls (an event, never a poll)."""
+        while len(self.calls) < count:
+            self._called.clear()
+            await self._called.wait()
 
     @property
     def url(self) -> str:
@@ -239,6 +246,7 @@ class StandInDoor:
         else:
             kind, reply = "answer", self.table.answer(prompt, instructions)
         self.calls.append(DoorCall(kind, model, prompt, instructions, reply, stream))
+        self._called.set()
         answer = _response(len(self.calls), model, prompt, reply)
         if not stream:
             return web.json_response(answer)

@@ -45,6 +45,7 @@ import nostr_sdk as sdk
 from eval_runner.contracts.strict_json import digest_bytes
 from eval_runner.engine.catalog import Catalog, CatalogError
 from eval_runner.engine.confinement import probe
+from eval_runner.engine.leftovers import sweep
 from eval_runner.engine.sandbox import Unconfined
 from eval_runner.nostr import Event, SecretKey
 from eval_runner.service.claims import LedgerError
@@ -210,6 +211,8 @@ async def _serve(config: Config, log: Log, stop: asyncio.Event, hurry: asyncio.E
     confinement = await probe(config.temp_root)
     if isinstance(confinement, Unconfined):
         raise ServeError(f"unconfined_host: {confinement.reason}")
+    if swept := await asyncio.to_thread(sweep, (config.temp_root,)):
+        log(swept.line())
     secret = runner_key(config, log)
     runner = secret.public_key().to_hex()
     catalog = load_catalog(config)

@@ -1,0 +1,37 @@
+"""A runner that will be SIGKILLed mid-run: it starts one sandboxed run of the stand-in agent's `polite` act
+and, once the agent has said through its door that it is running, prints `bridge <host pid>` for the
+sandbox's pid 1 and waits to be killed. The test then checks that the sandbox did not outlive it.
+
+    python -m tests.support.doomed_runner TEMP_ROOT
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from eval_runner.engine.confinement import probe
+from eval_runner.engine.leftovers import bridges
+from eval_runner.engine.sandbox import Unconfined, owner_mark
+from tests.engine.sandboxed_runs import run_act, spec_for
+from tests.engine.stand_in_door_proxy import StandInDoors
+
+
+async def main(temp_root: Path) -> int:
+    confinement = await probe(temp_root)
+    if isinstance(confinement, Unconfined):
+        print(f"unconfined {confinement.reason}", flush=True)
+        return 1
+    doors = StandInDoors()
+    running = asyncio.ensure_future(run_act(spec_for(temp_root, "polite"), confinement, doors=doors))
+    await doors.ready.wait()
+    for pid, mark in bridges():
+        if mark == owner_mark():
+            print(f"bridge {pid}", flush=True)
+    await running
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(Path(sys.argv[1]))))
