@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from eval_runner.engine.collect import remove_tree
 from eval_runner.engine.leftovers import OWNER_FILE, bridges, mark_owner, sweep
+from eval_runner.engine.run import interpreter_paths
 from eval_runner.engine.sandbox import Confinement, owner_mark
 from tests.engine.sandboxed_runs import (
     BOUND_SECONDS,
@@ -108,3 +113,78 @@ async def test_a_start_sweeps_what_a_runner_that_is_gone_left_behind(
     assert unmarked.exists()
     assert swept.directories == 1
     assert owner_mark() != dead_owner
+
+
+# --- 2: an interpreter path never widens what the agent sees -----------------------------------------
+
+PEEK = """
+import json, os
+found = {}
+for path in os.environ["OA_EVAL_PEEK"].split(":"):
+    try:
+        if os.path.isdir(path):
+            found[path] = sorted(os.listdir(path))
+        else:
+            with open(path, "rb") as file:
+                found[path] = file.read().decode()
+    except OSError as exc:
+        found[path] = exc.strerror
+print(json.dumps(found))
+"""
+
+
+async def test_an_interpreter_in_a_shared_directory_shows_the_agent_nothing_else_of_it(
+    confinement: Confinement,
+) -> None:
+    """`#!<X>/bin/python3`, with `<X>` holding the temp root, the state and the results (a home or shared
+    directory): the agent runs, and sees none of `<X>` but its interpreter."""
+    base = Path(tempfile.mkdtemp(prefix="er-x-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        temp_root, state, results, binary = base / "tmp", base / "state", base / "results", base / "bin"
+        for directory in (temp_root, state, results, binary, temp_root / "oa-eval-other"):
+            directory.mkdir(mode=0o755)
+        (state / "door.key").write_text("a copy of the door key\n")
+        (results / "earlier.json").write_text("{}\n")
+        (temp_root / "oa-eval-other" / "skill.md").write_text("another run's extension\n")
+        shutil.copy2(os.path.realpath("/usr/bin/python3"), binary / "python3")
+        agent = base / "agent.py"
+        agent.write_text(f"#!{binary / 'python3'} -IS\n{PEEK}")
+        agent.chmod(0o755)
+        peek = [str(state / "door.key"), str(results), str(temp_root / "oa-eval-other")]
+        spec = replace(
+            spec_for(temp_root, "noop"),
+            agent=agent,
+            env=(("OA_EVAL_PEEK", ":".join([*peek, str(base)])),),
+            hidden=(state, results),
+        )
+        record = await run_act(spec, confinement)
+        assert record.outcome.word == "completed", record.stderr
+        found = report(record)
+        assert {path: found[path] for path in peek} == dict.fromkeys(peek, "No such file or directory")
+        # Of `<X>` itself only the mount points of what the run needs exist: no state, no results.
+        assert found[str(base)] == ["agent.py", "bin", "tmp"]
+    finally:
+        remove_tree(base)
+
+
+def test_an_interpreter_brings_its_install_libraries_never_its_prefix(tmp_path: Path) -> None:
+    prefix = tmp_path / "opt" / "python"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "lib").mkdir()
+    (prefix / "bin" / "python3").write_text("")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "lib").mkdir()
+    (venv / "pyvenv.cfg").write_text("home = x\n")
+    (venv / "bin" / "python").symlink_to(prefix / "bin" / "python3")
+    paths = interpreter_paths(venv / "bin" / "python")
+    assert paths == [
+        venv / "bin" / "python",
+        prefix / "bin" / "python3",
+        prefix / "lib",
+        venv / "pyvenv.cfg",
+        venv / "lib",
+    ]
+    assert prefix not in paths
+    assert venv not in paths

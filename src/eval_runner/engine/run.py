@@ -74,6 +74,8 @@ DEFAULT_DEADLINE_SECONDS = 300.0
 #: The trajectory log is read up to this size (trajectory.py's bound).
 MAX_TRAJECTORY_BYTES = 64 * 1024 * 1024
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: The library directories of an interpreter's install that a script's interpreter may need.
+_LIBRARY_DIRS = ("lib", "lib64", "lib32")
 _T = TypeVar("_T")
 
 
@@ -130,7 +132,8 @@ class RunSpec:
     """Everything one run needs. `fixtures`, `programs` and `questions` are `(path or name, bytes)`;
     `env` is the case's `run.env` (only `OA_EVAL_*` keys may run); `secrets` are the real keys (door,
     decision, fallbacks) to scrub besides the proxies' tokens; `read_only_paths` are extra host paths
-    the agent needs to see (the agent itself and a script's interpreter are added on their own)."""
+    the agent needs to see (the agent itself and a script's interpreter are added on their own);
+    `hidden` are directories that must stay out of sight (the temp root always is)."""
 
     agent: Path
     prompt: str
@@ -146,6 +149,9 @@ class RunSpec:
     secrets: tuple[str, ...] = ()
     read_only_paths: tuple[Path, ...] = ()
     limits: Limits = field(default_factory=Limits)
+    #: Directories no run may see, whatever the agent's path: besides the temp root (every run's
+    #: directories), the caller's state and results directories.
+    hidden: tuple[Path, ...] = ()
 
 
 class Workspace:
@@ -267,7 +273,7 @@ async def run_once(
             stderr=layout.out / "stderr.txt",
             home=layout.home,
             writable=_writable(layout, spec.grants),
-            read_only=_visible_paths(spec, layout.agent, confinement),
+            read_only=_visible_paths(spec, layout, confinement),
             env=_environment(spec, layout, proxies, door),
             doors=tuple(doors),
             deadline_seconds=spec.deadline_seconds,
@@ -434,18 +440,42 @@ def _writable(layout: _Layout, grants: frozenset[Operation]) -> tuple[Path, ...]
     return (*writable, layout.cwd) if Operation.WRITE in grants else writable
 
 
-def _visible_paths(spec: RunSpec, agent: Path, confinement: Confinement) -> tuple[Path, ...]:
-    """The agent at its own path, a script's interpreter (and its prefix) when the allowlist does not
-    already show it, and the caller's extras."""
-    paths = [agent]
-    interpreter = _interpreter(agent)
+def _visible_paths(spec: RunSpec, layout: _Layout, confinement: Confinement) -> tuple[Path, ...]:
+    """What the agent sees besides the allowlist and its run directory: the agent at its own path, a
+    script's interpreter and the libraries of its install when the allowlist does not already show it,
+    and the caller's extras. Never a path that holds, or lies in, the temp root (every run's
+    directories) or one of `spec.hidden` (state, results): a refused path is left out, so an agent
+    that needs it fails to start rather than seeing what it must not."""
+    wanted = [layout.agent]
+    interpreter = _interpreter(layout.agent)
     if interpreter is not None and not _visible(interpreter, confinement):
-        real = Path(os.path.realpath(interpreter))
-        paths.append(Path(interpreter))
-        if real.parent.name == "bin":
-            paths.append(real.parent.parent)
-    paths += [Path(os.path.abspath(path)) for path in spec.read_only_paths]
-    return tuple(dict.fromkeys(paths))
+        wanted += interpreter_paths(Path(interpreter))
+    wanted += [Path(os.path.abspath(path)) for path in spec.read_only_paths]
+    hidden = [Path(os.path.realpath(path)) for path in (spec.temp_root, *spec.hidden)]
+    visible: list[Path] = []
+    for path in dict.fromkeys(wanted):
+        real = Path(os.path.realpath(path))
+        if real == layout.root or layout.root in real.parents:
+            continue  # in this run's own directory, which is visible already
+        if any(real == root or root in real.parents or real in root.parents for root in hidden):
+            continue
+        visible.append(path)
+    return tuple(visible)
+
+
+def interpreter_paths(interpreter: Path) -> list[Path]:
+    """A script's interpreter and what it needs: the file at the path the script names and at its real
+    path, and, for an interpreter inside an install (`<prefix>/bin/<file>`), that install's library
+    directories, and a Python virtual environment's `pyvenv.cfg`. Never the prefix itself: `<prefix>`
+    may be a home or shared directory that holds anything."""
+    real = Path(os.path.realpath(interpreter))
+    paths = [interpreter, real]
+    prefixes = [file.parent.parent for file in (real, interpreter) if file.parent.name == "bin"]
+    for prefix in dict.fromkeys(prefixes):
+        if (prefix / "pyvenv.cfg").is_file():
+            paths.append(prefix / "pyvenv.cfg")
+        paths += [prefix / name for name in _LIBRARY_DIRS if (prefix / name).is_dir()]
+    return list(dict.fromkeys(paths))
 
 
 def reachable(path: Path, uid: int, gid: int) -> bool:

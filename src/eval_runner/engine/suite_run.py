@@ -106,6 +106,8 @@ class SuitePlan:
     limits: Limits = field(default_factory=Limits)
     hosted: bool = True
     extra_secrets: tuple[str, ...] = field(default=(), repr=False)
+    #: Directories no run may see besides the temp root and `results_base` (the service's state).
+    hidden: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 8:
@@ -347,6 +349,7 @@ def _spec(plan: SuitePlan, planned: PlannedAttempt) -> RunSpec:
         deadline_seconds=float(case.run.deadline_seconds),
         secrets=plan.secrets,
         limits=plan.limits,
+        hidden=(plan.results_base, *plan.hidden),
     )
 
 

@@ -123,6 +123,7 @@ class EngineSuiteRunner:
             host=self.config.hostname,
             hosted=True,
             extra_secrets=tuple(secret for secret in self._secrets if secret != self.door.key),
+            hidden=(self.config.state,),
         )
 
     async def run(self, plan: RunPlan, *, progress: Progress, cancel: asyncio.Event, results_base: Path) -> SuiteResult:
