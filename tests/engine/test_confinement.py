@@ -309,13 +309,13 @@ async def test_a_memory_hog_over_its_budget_gets_sigterm_then_the_grace_then_sig
 ) -> None:
     """The hog stops growing between the budget and the ceiling and ignores SIGTERM: the run is stopped
     as the deadline stops one, whatever the hog does about it."""
-    env = {"OA_EVAL_STEP": str(4 << 20), "OA_EVAL_BYTES": str(48 << 20)}
+    env = {"OA_EVAL_STEP": str(4 << 20), "OA_EVAL_BYTES": str(72 << 20)}
     spec = spec_for(temp_root, "step-hog", env=env, limits=Limits(memory=64 << 20))
     record = await run_act(spec, confinement)
     assert record.outcome == errored("memory_limit")
     lines = record.stdout.split()
     assert b"term" in lines  # SIGTERM reached it and it stayed, so SIGKILL after the grace ended it
-    assert [int(line) for line in lines if line != b"term"][-1] == 48
+    assert [int(line) for line in lines if line != b"term"][-1] == 72
     assert record.detail is not None
     assert 64 <= _held_mib(record.detail) < 96
     assert processes_holding(str(temp_root)) == {}

@@ -20,13 +20,14 @@ import pytest
 
 from eval_runner.engine.collect import remove_tree
 from eval_runner.engine.leftovers import OWNER_FILE, bridges, mark_owner, sweep
-from eval_runner.engine.run import interpreter_paths
-from eval_runner.engine.sandbox import Confinement, owner_mark
+from eval_runner.engine.run import errored, interpreter_paths
+from eval_runner.engine.sandbox import Confinement, Limits, owner_mark
 from tests.engine.sandboxed_runs import (
     BOUND_SECONDS,
     ends_within,
     fresh_temp_root,
     host_confinement,
+    make_temp_root,
     report,
     run_act,
     spec_for,
@@ -62,9 +63,14 @@ async def test_the_agent_cannot_ptrace_or_read_the_bridge(confinement: Confineme
 # --- 10: a sandbox never outlives its runner ----------------------------------------------------------
 
 
-def test_a_sandbox_ends_when_its_runner_is_killed(confinement: Confinement, temp_root: Path) -> None:
+@pytest.mark.parametrize("when", ["running", "starting"])
+def test_a_sandbox_ends_when_its_runner_is_killed(confinement: Confinement, temp_root: Path, when: str) -> None:
+    """Killed with the agent running, or while pid 1 exists but has not run (the moment a sandbox once
+    outlived a killed `serve`: its parent-death signal was asked for too late)."""
+    if when == "starting" and confinement.cgroups is None:
+        pytest.skip("holding pid 1 before it runs is the cgroup placement's, which this host does not have")
     runner = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.doomed_runner", str(temp_root)],
+        [sys.executable, "-m", "tests.support.doomed_runner", str(temp_root), when],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -82,6 +88,44 @@ def test_a_sandbox_ends_when_its_runner_is_killed(confinement: Confinement, temp
         if runner.poll() is None:
             runner.kill()
             runner.wait()
+
+
+async def test_a_sandbox_whose_runner_lets_go_of_its_lifeline_ends_itself(
+    confinement: Confinement, temp_root: Path
+) -> None:
+    """The lifeline alone, with bubblewrap and this process alive: it is what ends a sandbox whose runner
+    died before the bridge could ask for its parent-death signal (a killed `serve` once left one behind,
+    about one kill in forty during a sandbox's start). The runner's end of the pipe is swapped for
+    /dev/null, as its death would close it."""
+    doors = StandInDoors()
+    running = asyncio.ensure_future(run_act(spec_for(temp_root, "polite"), confinement, doors=doors))
+    await doors.ready.wait()
+    (bridge,) = [pid for pid, mark in bridges() if mark == owner_mark()]
+    with open(f"/proc/{bridge}/cmdline", "rb") as file:
+        options = file.read().split(b"\0")
+    (number,) = [int(word[len(b"lifeline:") :]) for word in options if word.startswith(b"lifeline:")]
+    try:
+        pipe = os.readlink(f"/proc/{bridge}/fd/{number}")
+    except PermissionError:
+        running.cancel()
+        pytest.skip("this runner may not look at the bridge's descriptors")
+    (ours,) = [int(fd) for fd in os.listdir("/proc/self/fd") if _link(f"/proc/self/fd/{fd}") == pipe]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, ours)
+    finally:
+        os.close(null)
+    record = await asyncio.wait_for(running, BOUND_SECONDS)
+    assert ends_within(bridge, BOUND_SECONDS)
+    assert record.outcome == errored("sandbox_failed")
+    assert record.detail == "orphaned the runner is gone"
+
+
+def _link(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
 
 
 async def test_a_start_sweeps_what_a_runner_that_is_gone_left_behind(
@@ -188,3 +232,44 @@ def test_an_interpreter_brings_its_install_libraries_never_its_prefix(tmp_path: 
     ]
     assert prefix not in paths
     assert venv not in paths
+
+
+# --- 6: memory the sandbox holds outside any resident set counts ------------------------------------
+
+MEMFD_HOG = """#!/usr/bin/python3 -IS
+import os, signal
+left, held, chunk = int(os.environ["OA_EVAL_BYTES"]), [], b"m" * (1 << 20)
+while left > 0:
+    fd = os.memfd_create("hog")
+    for _ in range(min(left, 32 << 20) >> 20):
+        os.write(fd, chunk)  # written, never mapped: in no process's resident set
+    held.append(fd)
+    left -= 32 << 20
+print("held", flush=True)
+signal.pause()
+"""
+
+
+@pytest.mark.parametrize("counted_by", ["cgroup", "descriptors"])
+async def test_memory_held_in_unmapped_memfds_counts_against_the_budget(
+    confinement: Confinement, temp_root: Path, counted_by: str
+) -> None:
+    if counted_by == "cgroup" and confinement.cgroups is None:
+        pytest.skip("this host gives the runner no memory cgroup")
+    if counted_by == "descriptors":
+        confinement = replace(confinement, cgroups=None)
+    home = make_temp_root()
+    try:
+        agent = home / "memfd-hog"
+        agent.write_text(MEMFD_HOG)
+        agent.chmod(0o755)
+        spec = replace(
+            spec_for(temp_root, "noop"),
+            agent=agent,
+            env=(("OA_EVAL_BYTES", str(160 << 20)),),
+            limits=Limits(memory=64 << 20),
+        )
+        record = await run_act(spec, confinement)
+        assert record.outcome == errored("memory_limit"), (record.outcome, record.stdout, record.stderr)
+    finally:
+        remove_tree(home)

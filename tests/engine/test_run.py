@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from eval_runner.engine.collect import remove_tree
 from eval_runner.engine.run import (
     CODER_DOOR_PORT,
     DECISION_DOOR_PORT,
@@ -31,6 +32,7 @@ from tests.engine.sandboxed_runs import (
     PROMPT,
     fresh_temp_root,
     host_confinement,
+    make_temp_root,
     processes_holding,
     report,
     run_act,
@@ -283,12 +285,16 @@ async def test_both_doors_answer_through_the_bridge(confinement: Confinement, te
 
 
 async def test_an_agent_that_cannot_be_executed_ends_spawn_failed(confinement: Confinement, temp_root: Path) -> None:
-    agent = temp_root / "not-executable"
-    shutil.copy(AGENT, agent)
-    os.chmod(agent, 0o644)
-    record = await run_act(spec_for(temp_root, "contract", agent=agent), confinement)
-    assert record.outcome == errored("spawn_failed")
-    assert record.detail == f"nostart {agent}: Permission denied"
+    home = make_temp_root()  # not in the temp root: no run may see anything there but its own directory
+    try:
+        agent = home / "not-executable"
+        shutil.copy(AGENT, agent)
+        os.chmod(agent, 0o644)
+        record = await run_act(spec_for(temp_root, "contract", agent=agent), confinement)
+        assert record.outcome == errored("spawn_failed")
+        assert record.detail == f"nostart {agent}: Permission denied"
+    finally:
+        remove_tree(home)
 
 
 async def test_a_sandbox_that_cannot_start_ends_sandbox_failed(confinement: Confinement, temp_root: Path) -> None:

@@ -325,7 +325,7 @@ async def test_a_sandbox_over_its_memory_budget_is_stopped_and_says_what_it_held
     confinement: Confinement, temp_root: Path
 ) -> None:
     """SIGTERM (whose default action ends this agent) comes first, as at the deadline."""
-    hog = "import signal\nheld = b'a' * (40 << 20)\nsignal.pause()"
+    hog = "import signal\nheld = b'a' * (52 << 20)\nsignal.pause()"
     limits = Limits(memory=48 << 20)
     ended = await _run(confinement, _launch(temp_root, (confinement.python, "-I", "-S", "-c", hog), limits=limits))
     assert (ended.stop, ended.signal) == (Stop.MEMORY, signal.SIGTERM)

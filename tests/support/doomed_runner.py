@@ -1,8 +1,13 @@
-"""A runner that will be SIGKILLed mid-run: it starts one sandboxed run of the stand-in agent's `polite` act
-and, once the agent has said through its door that it is running, prints `bridge <host pid>` for the
-sandbox's pid 1 and waits to be killed. The test then checks that the sandbox did not outlive it.
+"""A runner that will be SIGKILLed mid-run, for the tests that a sandbox never outlives its runner.
 
-    python -m tests.support.doomed_runner TEMP_ROOT
+python -m tests.support.doomed_runner TEMP_ROOT running
+    starts one sandboxed run of the stand-in agent's `polite` act and, once the agent has said through
+    its door that it is running, prints `bridge <host pid>` for the sandbox's pid 1 and waits to be
+    killed;
+python -m tests.support.doomed_runner TEMP_ROOT starting
+    dies by its own SIGKILL at the moment it places the sandbox's pid 1 in its memory cgroup: pid 1
+    exists but has not run a line (bubblewrap holds it), so the parent-death signal the bridge will
+    ask for comes too late. It prints `bridge <host pid>` first.
 """
 
 from __future__ import annotations

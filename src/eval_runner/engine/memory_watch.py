@@ -4,7 +4,7 @@ The address-space rlimit the bridge sets is only a backstop. It refuses an alloc
 decides what happens next: a native agent that writes through the NULL it got dies of a signal
 (`crashed`), but one that handles the refusal (a Python `MemoryError`) exits by itself, and an exit
 never errors a run. It also counts per process, so a tree of processes under it can hold many times
-the limit. cgroups would count the tree, but this host's are v1 and not delegated to us.
+the limit.
 
 So the runner measures instead: every `POLL_SECONDS` it sums the resident memory of the sandbox's
 pid 1 and every descendant, found through `/proc/<pid>/task/<tid>/children` (orphans are reparented
@@ -20,10 +20,16 @@ that ends during a scan counts nothing. A scan costs ~20 µs a process; the next
 `_COST_SHARE` times as long as the last took, so even a sandbox at its process limit never costs the
 runner more than 1/`_COST_SHARE` of a core.
 
-Not seen: memory held for less than one poll interval by a process that then exits (the kernel keeps
-no per-tree peak we can read without cgroups; the backstop bounds each process meanwhile), and memory
-that is in no process's resident set (pipe buffers, unmapped memfd pages; each memfd is bounded by the
-file-size limit).
+Memfds are counted too, through the descriptors each process holds (`/proc/<pid>/fd`, deduplicated by
+inode, allocated blocks): their pages are in no resident set until mapped, so 3 GiB in unmapped memfds
+once passed a 2 GiB budget unseen. A mapped memfd is counted twice (the sum errs high, never low).
+
+Where the host gives each sandbox a memory cgroup (`engine/cgroup.py`), the cgroup's own count replaces
+this sum (`engine/sandbox.py`): it sees everything below as well. Not seen without one: memory held for
+less than one poll interval by a process that then exits (the backstop bounds each process meanwhile),
+pipe buffers and other kernel memory, and a memfd passed away and closed by every process (none can be:
+the sandbox has no socket to pass it through but its own). System V shared memory is refused by the
+sandbox's seccomp filter.
 """
 
 from __future__ import annotations
@@ -42,9 +48,11 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
 def resident(pid: int) -> int:
-    """Bytes resident in `pid` and every process descended from it (0 for a process that is gone)."""
+    """Bytes resident in `pid` and every process descended from it, plus the memfds they hold (0 for a
+    process that is gone)."""
     total = 0
     seen: set[int] = set()
+    files: set[tuple[int, int]] = set()
     frontier = [pid]
     while frontier:
         process = frontier.pop()
@@ -56,6 +64,7 @@ def resident(pid: int) -> int:
             continue
         try:
             total += int(statm.split(None, 2)[1]) * PAGE_SIZE
+            total += _memfds(process, files)
             tasks = os.listdir(f"/proc/{process}/task")
         except (OSError, ValueError, IndexError):
             continue
@@ -66,21 +75,46 @@ def resident(pid: int) -> int:
     return total
 
 
-async def exceeded(pid1: Callable[[], int | None], limit: int) -> int:
+async def exceeded(
+    pid1: Callable[[], int | None], limit: int, measure: Callable[[int], int] | None = None
+) -> int:
     """Measure the sandbox until it holds more than `limit` bytes, and return what it held then.
-    `pid1()` is the sandbox's pid 1 while it lives, else None (not started yet, or gone). Runs until
-    cancelled otherwise."""
+    `pid1()` is the sandbox's pid 1 while it lives, else None (not started yet, or gone); `measure(pid)`
+    what it holds (default `resident`). Runs until cancelled otherwise."""
     while True:
         cost = 0.0
         pid = pid1()
         if pid is not None:
             started = time.perf_counter()
-            held = resident(pid)
+            held = (measure or resident)(pid)
             cost = time.perf_counter() - started
             # Still alive after the scan, so its pid named no other process meanwhile.
             if held > limit and pid1() == pid:
                 return held
         await asyncio.sleep(max(POLL_SECONDS, cost * _COST_SHARE))
+
+
+def _memfds(process: int, seen: set[tuple[int, int]]) -> int:
+    """Bytes allocated to the memfds a process holds open that `seen` has not counted yet. A memfd's pages
+    are in no resident set until mapped (a mapped one is counted twice: the sum errs high)."""
+    directory = f"/proc/{process}/fd"
+    try:
+        descriptors = os.listdir(directory)
+    except OSError:
+        return 0
+    total = 0
+    for fd in descriptors:
+        try:
+            if not os.readlink(f"{directory}/{fd}").startswith("/memfd:"):
+                continue
+            status = os.stat(f"{directory}/{fd}")
+        except OSError:
+            continue
+        key = (status.st_dev, status.st_ino)
+        if key not in seen:
+            seen.add(key)
+            total += status.st_blocks * 512
+    return total
 
 
 def _read(path: str) -> bytes:

@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_runner.engine import memory_watch, syscall_filter
+from eval_runner.engine.cgroup import CgroupHost, RunCgroup, find_host
 
 #: Where the backend may be installed (runner.md §13.5), first found wins.
 BWRAP_PATHS = ("/usr/bin/bwrap", "/run/current-system/sw/bin/bwrap")
@@ -151,6 +152,8 @@ class Confinement:
     network_policy: str = NETWORK_POLICY
     #: The compiled seccomp program (`engine/syscall_filter.py`); None where libseccomp is missing.
     seccomp: bytes | None = field(default=None, repr=False)
+    #: Where each sandbox gets a memory cgroup (`engine/cgroup.py`); None where the host gives none.
+    cgroups: CgroupHost | None = None
 
     @property
     def backend(self) -> str:
@@ -267,6 +270,7 @@ def host_shape(bwrap: str | None = None) -> Confinement | Unconfined:
         read_only=tuple(read_only),
         links=tuple(links),
         seccomp=syscall_filter.compiled(),
+        cgroups=find_host(),
     )
 
 
@@ -304,20 +308,29 @@ async def run_confined(
         lifeline_r, lifeline_w = os.pipe2(os.O_CLOEXEC)
         hold(lifeline_w)
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
-        pid1 = _Pid1(info_r)
+        cgroup = _cgroup(confinement, launch.limits)
+        block_r = block_w = None
+        if cgroup is not None:
+            held.callback(cgroup.remove)  # after the sandbox is gone: this block ends only then
+            # bubblewrap holds pid 1 until a byte arrives here: the runner places it in the cgroup first.
+            block_r, block_w = os.pipe2(os.O_CLOEXEC)
+            hold(block_w)
+        pid1 = _Pid1(info_r, cgroup, block_w)
         held.callback(pid1.close)
         stdout = hold(_open_output(launch.stdout))
         stderr = hold(_open_output(launch.stderr))
         # Descriptors only the sandbox keeps: closed here as soon as it has them.
         with contextlib.ExitStack() as passed_on:
             passed = [status_w, info_w, lifeline_r]
+            if block_r is not None:
+                passed.append(block_r)
 
             def close_passed() -> None:
                 for fd in passed:
                     os.close(fd)
 
             passed_on.callback(close_passed)
-            args_fd = _options_file(confinement, launch, info_w, passed)
+            args_fd = _options_file(confinement, launch, info_w, passed, block_r)
             argv = [
                 *_drop(confinement),
                 confinement.bwrap,
@@ -375,7 +388,7 @@ async def _wait_or_stop(
     exited = asyncio.ensure_future(process.wait())
     cancelled = asyncio.ensure_future(cancel.wait())
     budget = launch.limits.memory
-    over = asyncio.ensure_future(memory_watch.exceeded(pid1.live_pid, budget))
+    over = asyncio.ensure_future(memory_watch.exceeded(pid1.live_pid, budget, pid1.held))
     ceiling: asyncio.Future[int] | None = None
     try:
         done, _ = await asyncio.wait(
@@ -389,11 +402,14 @@ async def _wait_or_stop(
             if not pid1.send(signal.SIGTERM):
                 _kill_group(process, signal.SIGTERM)
             # The grace is for ending well, not for growing: far over the budget ends it at once.
-            ceiling = asyncio.ensure_future(memory_watch.exceeded(pid1.live_pid, int(budget * _CEILING)))
+            ceiling = asyncio.ensure_future(memory_watch.exceeded(pid1.live_pid, int(budget * _CEILING), pid1.held))
             done, _ = await asyncio.wait({exited, ceiling}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
             if exited not in done:
                 _kill(process, pid1)
                 await exited
+        if stop is Stop.EXITED and pid1.cgroup is not None and pid1.cgroup.oom_kills():
+            # The kernel stopped a process at the cgroup's ceiling between two of our measurements.
+            return Stop.MEMORY, int(budget * _CEILING)
         return stop, over.result() if stop is Stop.MEMORY else None
     except BaseException:
         # Our caller gave up on the run (or something broke): the sandbox must not outlive this call.
@@ -424,15 +440,19 @@ def _kill_group(process: asyncio.subprocess.Process, signum: int) -> bool:
 
 class _Pid1:
     """The sandbox's pid 1 (the bridge), learnt from bubblewrap's `--info-fd` and held as a pidfd, so
-    signals reach the right process and the runner can wait until the PID namespace is gone."""
+    signals reach the right process and the runner can wait until the PID namespace is gone. With a
+    cgroup, pid 1 is placed in it as soon as it is known, then let go (`--block-fd`); a cgroup that
+    cannot take it is dropped, and the budget falls back to counting resident memory."""
 
-    def __init__(self, info_fd: int) -> None:
+    def __init__(self, info_fd: int, cgroup: RunCgroup | None = None, release_fd: int | None = None) -> None:
         self._info = info_fd
         self._text = b""
         self._watching = False
         self.pidfd: int | None = None
         self.pid: int | None = None
         self._exit = select.poll()
+        self.cgroup = cgroup
+        self._release = release_fd
 
     def watch(self) -> None:
         os.set_blocking(self._info, False)
@@ -457,6 +477,22 @@ class _Pid1:
                 self.pidfd = os.pidfd_open(pid)
                 self.pid = pid
                 self._exit.register(self.pidfd, select.POLLIN)
+            if self.cgroup is not None:
+                try:
+                    self.cgroup.place(pid)
+                except OSError:
+                    self.cgroup = None
+        if self._release is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._release, b"\n")
+            self._release = None
+
+    def held(self, pid: int) -> int:
+        """What the sandbox holds toward its memory budget: its cgroup's count where it has one, else the
+        resident memory and memfds of pid 1 and its descendants."""
+        if self.cgroup is not None and (counted := self.cgroup.held()) is not None:
+            return counted
+        return memory_watch.resident(pid)
 
     def live_pid(self) -> int | None:
         """Pid 1's host pid while it has not exited (so the number names no other process), else None."""
@@ -536,6 +572,17 @@ def process_start(pid: int) -> int | None:
         return None
 
 
+def _cgroup(confinement: Confinement, limits: Limits) -> RunCgroup | None:
+    """The sandbox's own memory cgroup, its hard ceiling at `_CEILING` × the budget, where the host has
+    them; None otherwise (or when one cannot be made now: the budget then counts resident memory)."""
+    if confinement.cgroups is None:
+        return None
+    try:
+        return RunCgroup.create(confinement.cgroups, int(limits.memory * _CEILING))
+    except OSError:
+        return None
+
+
 def _drop(confinement: Confinement) -> list[str]:
     """The command prefix that drops a root runner to the sandbox's uid (setpriv), if that is the way."""
     owner = confinement.owner()
@@ -553,7 +600,9 @@ def _identity(confinement: Confinement) -> dict[str, Any]:
     return {"user": owner[0], "group": owner[1], "extra_groups": []}
 
 
-def _options_file(confinement: Confinement, launch: Launch, info_fd: int, passed: list[int]) -> int:
+def _options_file(
+    confinement: Confinement, launch: Launch, info_fd: int, passed: list[int], block_fd: int | None
+) -> int:
     """bubblewrap's options in a memfd (`--args FD`): the environment, which holds the run's door token,
     never appears in a command line another host process could read. Every descriptor made here is
     appended to `passed`."""
@@ -588,6 +637,8 @@ def _options_file(confinement: Confinement, launch: Launch, info_fd: int, passed
     for writable in launch.writable:
         options += ["--bind", str(writable), str(writable)]
     options += ["--remount-ro", "/", "--chdir", str(launch.cwd), "--info-fd", str(info_fd)]
+    if block_fd is not None:
+        options += ["--block-fd", str(block_fd)]
     for key, value in launch.env:
         options += ["--setenv", key, value]
     args_fd = _memfd(b"".join(option.encode() + b"\0" for option in options))
