@@ -273,3 +273,63 @@ async def test_memory_held_in_unmapped_memfds_counts_against_the_budget(
         assert record.outcome == errored("memory_limit"), (record.outcome, record.stdout, record.stderr)
     finally:
         remove_tree(home)
+
+
+# --- 5: a run's files have a budget --------------------------------------------------------------------
+
+DISK_HOG = """#!/usr/bin/python3 -IS
+import os, signal
+how, places = os.environ["OA_EVAL_HOW"], [os.environ["TMPDIR"], os.environ["CODER_TRACE_DIR"]]
+block = b"d" * (1 << 20)
+if how == "files":  # 32 MiB files, alternating between tmp/ and out/ (each under the 64 MiB file limit)
+    for n in range(8):
+        with open(os.path.join(places[n % 2], f"big-{n}"), "wb") as file:
+            for _ in range(32):
+                file.write(block)
+elif how == "unlinked":  # written through a name that is gone: no walk of the directories sees it
+    path = os.path.join(places[0], "hidden")
+    kept = [open(path, "wb") for _ in range(1)]
+    os.unlink(path)
+    for _ in range(48):
+        kept[0].write(block)
+    kept[0].flush()
+elif how == "many":
+    for n in range(3000):
+        open(os.path.join(places[0], f"f{n}"), "wb").close()
+elif how == "deep":
+    os.chdir(places[0])
+    for _ in range(300):
+        os.mkdir("d")
+        os.chdir("d")
+print("wrote", flush=True)
+signal.pause()  # holds on: only the budget can end this run before its deadline
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "limits", "said"),
+    [
+        ("files", Limits(disk=64 << 20), "over its disk budget of 64 MiB"),
+        ("unlinked", Limits(disk=32 << 20), "over its disk budget of 32 MiB"),
+        ("many", Limits(files=1000), "more than 1000 files"),
+        ("deep", Limits(), "more than 256 deep"),
+    ],
+)
+async def test_a_run_over_its_disk_budget_ends_disk_limit_and_leaves_nothing(
+    confinement: Confinement, temp_root: Path, how: str, limits: Limits, said: str
+) -> None:
+    home = make_temp_root()
+    try:
+        agent = home / "disk-hog"
+        agent.write_text(DISK_HOG)
+        agent.chmod(0o755)
+        spec = replace(spec_for(temp_root, "noop"), agent=agent, env=(("OA_EVAL_HOW", how),), limits=limits)
+        record = await run_act(spec, confinement)
+        assert record.outcome == errored("disk_limit"), (record.outcome, record.stdout, record.stderr)
+        assert record.detail is not None
+        assert said in record.detail
+        assert record.workspace is not None
+        record.workspace.close()
+        assert list(temp_root.iterdir()) == []
+    finally:
+        remove_tree(home)

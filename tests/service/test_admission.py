@@ -20,6 +20,7 @@ from eval_runner.nostr import SecretKey, sign
 from eval_runner.service.admission import (
     CHECK_NEEDS_RELEASE,
     CLOSED,
+    LOW_DISK,
     NO_PUBLISHED_SUITES,
     NO_PUBLISHING,
     NOT_A_CATALOG_TOOL,
@@ -225,6 +226,24 @@ async def test_a_closed_switch_refuses_after_the_input_is_read(state: Path, temp
     assert await refusal(state, temp_root, good) == (Code.NOT_ADMITTED, CLOSED)
     bad = {**good, "runs": 4}
     assert (await refusal(state, temp_root, opened(bad, body=_unchecked_body(bad))))[0] is Code.TOO_LARGE
+
+
+async def test_below_the_free_space_floor_new_runs_are_refused_and_the_log_says_so_once(
+    state: Path, temp_root: Path
+) -> None:
+    """The ledger must never meet a full disk: below the floor, runs are refused `unavailable`."""
+    log = Recorder()
+    floor = admission(state, temp_root, log=log, disk_floor=1 << 62)  # more than any disk has free
+    good = run_input(DEFINITION, draft(catalog_tool(DEFINITION)))
+    for _ in range(2):
+        with pytest.raises(RefusalError) as caught:
+            await floor.admit(opened(good))
+        assert (caught.value.code, caught.value.message) == (Code.UNAVAILABLE, LOW_DISK)
+    assert len([line for line in log.lines if line.startswith("low disk: ")]) == 1
+    assert list(temp_root.iterdir()) == []
+    # Above the floor (here: none) the same request is admitted.
+    admitted = await admission(state, temp_root, disk_floor=0).admit(opened(good))
+    admitted.close()
 
 
 async def test_publishing_is_not_taken_yet(state: Path, temp_root: Path) -> None:

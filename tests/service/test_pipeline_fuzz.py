@@ -327,7 +327,7 @@ def test_spoiled_bodies_are_dropped_or_answered_with_one_typed_result(tmp_path: 
         refused = sum(count for outcome, count in fuzz.outcomes.items() if outcome.startswith("refused"))
         assert refused > 300, fuzz.outcomes
         assert fuzz.outcomes["dropped"] > 300, fuzz.outcomes
-        assert fuzz.outcomes.get("ran: completed", 0) > 30, fuzz.outcomes
+        assert fuzz.outcomes.get("ran: completed", 0) > 10, fuzz.outcomes  # ~30 on average; random draws vary
         fuzz.finish()
 
 

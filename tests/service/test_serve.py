@@ -73,6 +73,7 @@ async def test_serve_generates_its_key_once_prints_the_startup_lines_and_stops_o
             "catalog Codebase brief",
             f"agent   {_digest(AGENT)}",
             "limits  no usage limit; 2 suites and 2 runs at once",
+            "disk    each run may write 1024 MiB; no new runs below 1024 MiB free",
             f"usage   {state / 'usage'}",
             "liveness a probe every 0.3 s; the subscription is renewed every 2700 s",
             SUBSCRIBED,
@@ -176,6 +177,7 @@ async def test_check_prints_what_would_run_and_changes_nothing(tmp_path: Path, t
             f"agent    {AGENT} ({_digest(AGENT)})",
             f"catalog  {tool.name} {tool.definition.id}",
             "limits   no usage limit; 2 suites and 2 runs at once",
+            "disk     each run may write 1024 MiB; no new runs below 1024 MiB free",
             f"usage    {state / 'usage'}",
             "admission closed (remove the closed file to open it)" if closed else "admission open",
         ]

@@ -47,37 +47,45 @@ _COST_SHARE = 20
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 
-def resident(pid: int) -> int:
-    """Bytes resident in `pid` and every process descended from it, plus the memfds they hold (0 for a
-    process that is gone)."""
-    total = 0
+def processes(pid: int) -> list[int]:
+    """`pid` and every process descended from it, found through each task's `children` (a process that
+    ends meanwhile is simply not there)."""
+    found: list[int] = []
     seen: set[int] = set()
-    files: set[tuple[int, int]] = set()
     frontier = [pid]
     while frontier:
         process = frontier.pop()
         if process in seen:
             continue
         seen.add(process)
-        statm = _read(f"/proc/{process}/statm")
-        if not statm:
-            continue
         try:
-            total += int(statm.split(None, 2)[1]) * PAGE_SIZE
-            total += _memfds(process, files)
             tasks = os.listdir(f"/proc/{process}/task")
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue
+        found.append(process)
         for task in tasks:
             children = _read(f"/proc/{process}/task/{task}/children")
             with contextlib.suppress(ValueError):
                 frontier += map(int, children.split())
+    return found
+
+
+def resident(pid: int) -> int:
+    """Bytes resident in `pid` and every process descended from it, plus the memfds they hold (0 for a
+    process that is gone)."""
+    total = 0
+    files: set[tuple[int, int]] = set()
+    for process in processes(pid):
+        statm = _read(f"/proc/{process}/statm")
+        try:
+            total += int(statm.split(None, 2)[1]) * PAGE_SIZE
+        except (ValueError, IndexError):
+            continue
+        total += _memfds(process, files)
     return total
 
 
-async def exceeded(
-    pid1: Callable[[], int | None], limit: int, measure: Callable[[int], int] | None = None
-) -> int:
+async def exceeded(pid1: Callable[[], int | None], limit: int, measure: Callable[[int], int] | None = None) -> int:
     """Measure the sandbox until it holds more than `limit` bytes, and return what it held then.
     `pid1()` is the sandbox's pid 1 while it lives, else None (not started yet, or gone); `measure(pid)`
     what it holds (default `resident`). Runs until cancelled otherwise."""

@@ -342,6 +342,8 @@ def _outcome(ended: Ended, auth_failed: bool) -> tuple[RunOutcome, str | None]:
     if ended.stop is Stop.MEMORY:
         held = (ended.memory or 0) >> 20
         return errored("memory_limit"), f"the sandbox's processes held {held} MiB, over the run's memory budget"
+    if ended.stop is Stop.DISK:
+        return errored("disk_limit"), ended.disk
     if not ended.agent_started:
         if (ended.status or "").startswith("nostart "):
             return errored("spawn_failed"), ended.status

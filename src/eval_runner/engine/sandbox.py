@@ -64,7 +64,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from eval_runner.engine import memory_watch, syscall_filter
+from eval_runner.engine import disk_watch, memory_watch, syscall_filter
 from eval_runner.engine.cgroup import CgroupHost, RunCgroup, find_host
 
 #: Where the backend may be installed (runner.md §13.5), first found wins.
@@ -115,6 +115,9 @@ class Limits:
 
     address_space: int = 8 << 30
     memory: int = 2 << 30
+    #: Bytes the run's writable directories (and the unlinked files it holds open) may take, and entries.
+    disk: int = 1 << 30
+    files: int = 100_000
     processes: int = 256
     open_files: int = 1024
     file_size: int = 64 << 20
@@ -182,6 +185,8 @@ class Stop(StrEnum):
     CANCELLED = "cancelled"
     #: The sandbox's processes held more than `Limits.memory`.
     MEMORY = "memory"
+    #: The run's files took more than `Limits.disk` (or `Limits.files`, or went too deep).
+    DISK = "disk"
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +213,7 @@ class Ended:
     """How a sandbox ended. `status` is the bridge's report: `exit <code>`, `signal <n>`, `nostart <why>`
     (the agent could not be executed), `broken <why>` (the bridge could not start), or None when the
     sandbox never got that far or was killed first (bubblewrap's own message is then in `stderr`).
-    `memory` is what the sandbox held when `Stop.MEMORY` stopped it."""
+    `memory` is what the sandbox held when `Stop.MEMORY` stopped it; `disk` why `Stop.DISK` did."""
 
     stop: Stop
     seconds: float
@@ -216,6 +221,7 @@ class Ended:
     stdout: bytes
     stderr: bytes
     memory: int | None = None
+    disk: str | None = None
 
     @property
     def exit_code(self) -> int | None:
@@ -367,7 +373,7 @@ async def run_confined(
                 os.write(stderr, f"eval-runner: cannot start {confinement.bwrap}: {exc.strerror}\n".encode())
                 return Ended(Stop.EXITED, 0.0, None, b"", _read_back(stderr, launch.limits))
         pid1.watch()
-        stop, memory = await _wait_or_stop(process, pid1, launch, cancel, grace)
+        stop, memory, disk = await _wait_or_stop(process, pid1, launch, cancel, grace)
         seconds = time.monotonic() - started
         await pid1.gone()
         return Ended(
@@ -377,25 +383,32 @@ async def run_confined(
             _read_back(stdout, launch.limits),
             _read_back(stderr, launch.limits),
             memory,
+            disk,
         )
 
 
 async def _wait_or_stop(
     process: asyncio.subprocess.Process, pid1: _Pid1, launch: Launch, cancel: asyncio.Event, grace: float
-) -> tuple[Stop, int | None]:
-    """Wait for the sandbox's exit, the deadline, a cancel or its memory over budget; stop it for all
-    but the first. Returns why, and what it held when the memory was why."""
+) -> tuple[Stop, int | None, str | None]:
+    """Wait for the sandbox's exit, the deadline, a cancel, its memory or its files over budget; stop it
+    for all but the first. Returns why, what it held when the memory was why, and what the disk found."""
     exited = asyncio.ensure_future(process.wait())
     cancelled = asyncio.ensure_future(cancel.wait())
-    budget = launch.limits.memory
+    limits = launch.limits
+    budget = limits.memory
     over = asyncio.ensure_future(memory_watch.exceeded(pid1.live_pid, budget, pid1.held))
+    disk = asyncio.ensure_future(
+        disk_watch.exceeded(pid1.live_pid, launch.writable, budget=limits.disk, files=limits.files)
+    )
     ceiling: asyncio.Future[int] | None = None
     try:
         done, _ = await asyncio.wait(
-            {exited, cancelled, over}, timeout=launch.deadline_seconds, return_when=asyncio.FIRST_COMPLETED
+            {exited, cancelled, over, disk}, timeout=launch.deadline_seconds, return_when=asyncio.FIRST_COMPLETED
         )
         if over in done:
             stop = Stop.MEMORY
+        elif disk in done:
+            stop = Stop.DISK
         else:
             stop = Stop.EXITED if exited in done else Stop.CANCELLED if cancelled in done else Stop.TIMEOUT
         if stop is not Stop.EXITED:
@@ -409,8 +422,9 @@ async def _wait_or_stop(
                 await exited
         if stop is Stop.EXITED and pid1.cgroup is not None and pid1.cgroup.oom_kills():
             # The kernel stopped a process at the cgroup's ceiling between two of our measurements.
-            return Stop.MEMORY, int(budget * _CEILING)
-        return stop, over.result() if stop is Stop.MEMORY else None
+            return Stop.MEMORY, int(budget * _CEILING), None
+        found = disk.result().detail(limits.disk, limits.files) if stop is Stop.DISK else None
+        return stop, over.result() if stop is Stop.MEMORY else None, found
     except BaseException:
         # Our caller gave up on the run (or something broke): the sandbox must not outlive this call.
         _kill(process, pid1)
@@ -419,7 +433,7 @@ async def _wait_or_stop(
             await pid1.gone()
         raise
     finally:
-        for waiting in (cancelled, over, ceiling):
+        for waiting in (cancelled, over, disk, ceiling):
             if waiting is not None:
                 waiting.cancel()
 

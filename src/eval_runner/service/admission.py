@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -56,6 +57,7 @@ from eval_runner.service.config import admission_closed, os_error_text
 from eval_runner.service.opening import REQUEST_KIND, OpenedExecute
 
 CLOSED: Final = "the hosted runner isn't taking new runs right now; try again later"
+LOW_DISK: Final = "the hosted runner is short of disk space right now; try again later"
 NOT_A_CATALOG_TOOL: Final = "the hosted runner tests catalog tools and tools made in chat only"
 NO_PUBLISHED_SUITES: Final = "this runner does not take published test sets yet; send the tests as a draft"
 NO_PUBLISHING: Final = "this runner does not take publishing yet"
@@ -184,6 +186,7 @@ class Admission:
         temp_root: Path,
         log: Callable[[str], None],
         tool_release: ToolRelease | None = None,
+        disk_floor: int = 0,
     ) -> None:
         self.runner = runner
         self.catalog = catalog
@@ -191,6 +194,28 @@ class Admission:
         self.temp_root = temp_root
         self._log = log
         self._tool_release = tool_release
+        self._disk_floor = disk_floor
+        self._short_of_disk = False
+
+    def _disk_ok(self) -> bool:
+        """Is there more free space where the ledger lives than the floor? Says so in the log when that
+        changes, once each way."""
+        try:
+            found = os.statvfs(self.state)
+        except OSError:
+            return True  # not knowing is no reason to refuse; the ledger's own write will say
+        free = found.f_bavail * found.f_frsize
+        short = free < self._disk_floor
+        if short != self._short_of_disk:
+            self._short_of_disk = short
+            if short:
+                self._log(
+                    f"low disk: {self.state} has {free >> 20} MiB free, below the floor of "
+                    f"{self._disk_floor >> 20} MiB; new runs are refused until there is more"
+                )
+            else:
+                self._log(f"disk: {self.state} has {free >> 20} MiB free again; admitting new runs")
+        return not short
 
     def check_request(self, body: ExecuteBody) -> HostedInput:
         """Admission steps 1–5 (§9.5): target, requirements, input, the switch, and the publish action."""
@@ -205,6 +230,8 @@ class Admission:
             raise RefusalError(*hosted_refusal(error)) from None
         if admission_closed(self.state):
             raise RefusalError(Code.NOT_ADMITTED, CLOSED)
+        if not self._disk_ok():
+            raise RefusalError(Code.UNAVAILABLE, LOW_DISK)
         if isinstance(found, PublishInput):
             raise RefusalError(Code.NOT_ADMITTED, NO_PUBLISHING)
         return found

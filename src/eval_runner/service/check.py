@@ -19,6 +19,7 @@ Output (stdout), labels padded as the reference pads them:
     agent    <EVAL_RUNNER_CODER> (<sha256 digest>)
     catalog  <tool name> <definition id>      (one line per catalog tool)
     limits   <limits line>
+    disk     <disk line>
     usage    <state>/usage
     admission open  |  admission closed (remove the closed file to open it)
 
@@ -77,6 +78,7 @@ def check_lines(config: Config, catalog: Catalog, digest: str) -> list[str]:
         f"agent    {config.coder} ({digest})",
         *(f"catalog  {tool.name} {tool.definition.id}" for tool in catalog.tools),
         f"limits   {config.limits.line()}",
+        f"disk     {config.disk.line()}",
         f"usage    {config.usage_dir}",
         CLOSED_HINT if config.admission_closed() else "admission open",
     ]

@@ -54,6 +54,9 @@ DEFAULT_DOOR_URL: Final = "https://ai-gateway.vercel.sh"
 DEFAULT_MODEL: Final = "google/gemini-3.8-flash"
 DEFAULT_JOBS: Final = 2
 DEFAULT_CONCURRENCY: Final = 4
+#: What one run may write, and the free space the state directory keeps, in MiB.
+DEFAULT_RUN_DISK_MIB: Final = 1024
+DEFAULT_DISK_FLOOR_MIB: Final = 1024
 CONCURRENCY_RANGE: Final = range(1, 9)
 DEFAULT_PROBE_MS: Final = 30_000
 DEFAULT_RENEW_MS: Final = 2_700_000
@@ -260,6 +263,19 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True)
+class Disk:
+    """Disk bounds: what one run may write (its sandbox's files, ended `errored(disk_limit)` beyond it),
+    and the free space below which no new run is admitted, so the ledger never meets a full disk."""
+
+    run: int = DEFAULT_RUN_DISK_MIB << 20
+    floor: int = DEFAULT_DISK_FLOOR_MIB << 20
+
+    def line(self) -> str:
+        """The `disk` line of `serve` and `check`."""
+        return f"each run may write {self.run >> 20} MiB; no new runs below {self.floor >> 20} MiB free"
+
+
+@dataclass(frozen=True, slots=True)
 class Bucket:
     """A `gs://` bucket holding suite files, and the gcloud configuration that may write it."""
 
@@ -278,6 +294,7 @@ class Config:
     door: ChatDoor
     decision: DecisionPin | None
     limits: Limits
+    disk: Disk
     blossom: str | None
     bucket: Bucket | None
     key_file: Path
@@ -518,6 +535,10 @@ def _read(environ: Mapping[str, str]) -> Config:
     if jobs == 0:
         raise ConfigError("EVAL_RUNNER_JOBS must be at least 1")
     limits = Limits(runs_per_trainer, turns_per_day, jobs, concurrency)
+    run_disk = _number(env, "EVAL_RUNNER_RUN_DISK_MB", DEFAULT_RUN_DISK_MIB)
+    if run_disk == 0:
+        raise ConfigError("EVAL_RUNNER_RUN_DISK_MB must be at least 1")
+    disk = Disk(run_disk << 20, _number(env, "EVAL_RUNNER_DISK_FLOOR_MB", DEFAULT_DISK_FLOOR_MIB) << 20)
 
     blossom = env.var("EVAL_RUNNER_BLOSSOM")
     bucket = _bucket(env, blossom)
@@ -546,6 +567,7 @@ def _read(environ: Mapping[str, str]) -> Config:
         door=door,
         decision=decision,
         limits=limits,
+        disk=disk,
         blossom=blossom,
         bucket=bucket,
         key_file=key_file,

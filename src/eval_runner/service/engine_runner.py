@@ -26,7 +26,7 @@ from typing import Final
 from eval_runner.contracts.outputs import Headline
 from eval_runner.engine.door_graders import Doors
 from eval_runner.engine.grading_doors import JevDecisionDoor, OpenResponsesJudge, decision_pin
-from eval_runner.engine.sandbox import Confinement, Unconfined
+from eval_runner.engine.sandbox import Confinement, Limits, Unconfined
 from eval_runner.engine.suite_run import (
     DoorSettings,
     Finished,
@@ -124,6 +124,7 @@ class EngineSuiteRunner:
             hosted=True,
             extra_secrets=tuple(secret for secret in self._secrets if secret != self.door.key),
             hidden=(self.config.state,),
+            limits=Limits(disk=self.config.disk.run),
         )
 
     async def run(self, plan: RunPlan, *, progress: Progress, cancel: asyncio.Event, results_base: Path) -> SuiteResult:

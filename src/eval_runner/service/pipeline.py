@@ -135,6 +135,7 @@ class Pipeline:
                 temp_root=config.temp_root,
                 log=log,
                 tool_release=tool_release,
+                disk_floor=config.disk.floor,
             ),
             suite_runner=suite_runner,
             publisher=publisher,

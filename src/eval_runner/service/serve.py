@@ -91,6 +91,7 @@ def startup_lines(config: Config, *, runner: str, relay_url: str, catalog: Catal
         f"catalog {', '.join(tool.name for tool in catalog.tools)}",
         f"agent   {agent_digest}",
         f"limits  {config.limits.line()}",
+        f"disk    {config.disk.line()}",
         f"usage   {config.usage_dir}",
         f"liveness a probe every {probe} s; the subscription is renewed every {renew} s",
     ]
