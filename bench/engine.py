@@ -16,6 +16,11 @@ nothing (figures are never timings in tests).
 
 Both use the in-process stand-in door and the example extension as the subject; both need a host that
 confines (bubblewrap), as every run does.
+
+`--compare REV` instead times the no-op turn of this tree and of an earlier commit side by side in one
+run: REV is checked out into a temporary git worktree, and each tree runs `--turns` no-op turns in a
+subprocess of its own (its `src/` first on the path), alternating trees for `--rounds` rounds, so both
+see the same machine at the same time. Printed: each tree's p50 over all its turns, and the change.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import os
 import platform
 import secrets
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -251,10 +257,99 @@ async def throughput(root: Path, confinement: Confinement, door: DoorSettings) -
     )
 
 
+# --- one tree against another -------------------------------------------------------------------------
+
+#: Run in a subprocess with a tree's `src/` first on the path: that tree's no-op turns, as JSON on stdout.
+_TURNS_OF_A_TREE = """
+import asyncio, importlib.util, json, os, secrets, sys, tempfile
+from functools import partial
+from pathlib import Path
+tree, turns = Path(sys.argv[1]), int(sys.argv[2])
+spec = importlib.util.spec_from_file_location("tree_bench", tree / "bench" / "engine.py")
+bench = importlib.util.module_from_spec(spec)
+sys.modules["tree_bench"] = bench
+spec.loader.exec_module(bench)
+from eval_runner.engine.confinement import probe
+from eval_runner.engine.door import DoorProxy
+from eval_runner.engine.run import DoorSetup, RunSpec
+from eval_runner.engine.stand_in_door import StandInDoor
+from eval_runner.engine.testset import Operation
+from eval_runner.engine.collect import remove_tree
+async def main():
+    root = Path(tempfile.mkdtemp(prefix="er-c-", dir="/tmp")).resolve()
+    os.chmod(root, 0o755)
+    try:
+        confinement = await probe(root)
+        key = secrets.token_urlsafe(32)
+        async with StandInDoor(key) as door:
+            suite = bench.write_suite(root / "one" / "evals", 1)
+            run = RunSpec(agent=bench.NOOP_AGENT, prompt=suite.cases[0].prompt, model="stand-in", temp_root=root,
+                          fixtures=tuple((f.name, f.data) for f in suite.cases[0].fixtures),
+                          grants=frozenset({Operation.READ, Operation.WRITE}), deadline_seconds=60.0, secrets=(key,))
+            doors = DoorSetup(coder=partial(DoorProxy, door.url, key))
+            await bench.one_turn(run, suite, confinement, doors)
+            timed = [await bench.one_turn(run, suite, confinement, doors) for _ in range(turns)]
+        print(json.dumps([t.turn for t in timed]))
+    finally:
+        remove_tree(root)
+asyncio.run(main())
+"""
+
+
+def turns_of(tree: Path, turns: int) -> list[float]:
+    environment = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    done = subprocess.run(
+        [sys.executable, "-c", _TURNS_OF_A_TREE, str(tree), str(turns)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"timing {tree} failed:\n{done.stderr}")
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert isinstance(found, list)
+    return [float(value) for value in found]
+
+
+def compare(revision: str, turns: int, rounds: int) -> None:
+    here = HERE.parent
+    earlier = Path(tempfile.mkdtemp(prefix="er-worktree-"))
+    subprocess.run(
+        ["git", "-C", str(here), "worktree", "add", "--detach", "--quiet", str(earlier), revision],
+        check=True,
+    )
+    try:
+        times: dict[str, list[float]] = {"before": [], "after": []}
+        for _ in range(rounds):
+            times["before"] += turns_of(earlier, turns)
+            times["after"] += turns_of(here, turns)
+        before, after = statistics.median(times["before"]), statistics.median(times["after"])
+        print(f"no-op turn (run_once + grading), {rounds} rounds × {turns} turns per tree, trees alternating")
+        for label, values in (("before", times["before"]), ("after", times["after"])):
+            tree = revision if label == "before" else "this tree"
+            print(
+                f"   {label:<6} ({tree:<12}) p50 {statistics.median(values):6.1f} ms   "
+                f"p95 {percentile(values, 0.95):6.1f} ms"
+            )
+        change = after / before - 1
+        print(f"   change   {change:+.1%} at p50 (target: at most +10 %: {'met' if change <= 0.10 else 'missed'})")
+    finally:
+        subprocess.run(
+            ["git", "-C", str(here), "worktree", "remove", "--force", str(earlier)],
+            check=False,
+        )
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=40, help="no-op turns to time (default 40)")
+    parser.add_argument("--compare", metavar="REV", help="time this tree's no-op turn against REV's instead")
+    parser.add_argument("--rounds", type=int, default=3, help="with --compare: rounds per tree (default 3)")
     arguments = parser.parse_args()
     if arguments.turns < 2:
         sys.exit("--turns must be at least 2")
-    asyncio.run(main(arguments.turns))
+    if arguments.compare:
+        compare(arguments.compare, arguments.turns, arguments.rounds)
+    else:
+        asyncio.run(main(arguments.turns))
