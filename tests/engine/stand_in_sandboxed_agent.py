@@ -384,6 +384,66 @@ def ptrace_bridge() -> None:
     _report(found)
 
 
+#: A file name and a link target that are not UTF-8 (surrogate-escaped on the way in, bytes on disk).
+ODD_NAME = b"odd-\xff\xfe name.txt"
+ODD_LINK = b"link-\xe9"
+ODD_TARGET = b"target-\xc3(.txt"
+
+
+def non_utf8_name() -> None:
+    """Created names that are not UTF-8, beside an ordinary answer."""
+    with open(ODD_NAME, "wb") as file:
+        file.write(b"odd")
+    os.symlink(ODD_TARGET, ODD_LINK)
+    with open("answer.md", "w") as file:
+        file.write("answer")
+    print("made")
+
+
+def _chain(top: str, depth: int, leaf: str) -> None:
+    """`depth` directories named `dd`, one in another, under `top`, with `leaf` at the bottom: made through
+    descriptors, as the whole path is longer than PATH_MAX."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        os.mkdir("dd", dir_fd=fd)
+        inner = os.open("dd", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    leaf_fd = os.open(leaf, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+    os.write(leaf_fd, b"deep")
+    os.close(leaf_fd)
+    os.close(fd)
+
+
+def deep_chain() -> None:
+    """OA_EVAL_DEPTH nested directories in the workspace and in TMPDIR, a file at the bottom of each, and a
+    directory it takes every permission from (mode 000) holding a file."""
+    depth = int(os.environ.get("OA_EVAL_DEPTH", "3000"))
+    _chain(".", depth, "deep.txt")
+    _chain(os.environ["TMPDIR"], depth, "deep.txt")
+    os.makedirs("locked/inner")
+    with open("locked/inner/kept.txt", "w") as file:
+        file.write("kept")
+    os.chmod("locked/inner", 0)
+    os.chmod("locked", 0)
+    print("made")
+
+
+def link_answer() -> None:
+    """`answer.md` as a link to OA_EVAL_LINK (a regular file when it is empty), beside `inside.md` and a
+    directory link `via -> /etc`."""
+    with open("inside.md", "w") as file:
+        file.write("inside")
+    os.symlink("/etc", "via")
+    target = os.environ.get("OA_EVAL_LINK", "")
+    if target:
+        os.symlink(target, "answer.md")
+    else:
+        with open("answer.md", "w") as file:
+            file.write("answer")
+    print("made")
+
+
 ACTS: dict[str, Callable[[], None]] = {
     "contract": contract,
     "writes": writes,
@@ -406,6 +466,9 @@ ACTS: dict[str, Callable[[], None]] = {
     "doors": doors,
     "noop": noop,
     "ptrace-bridge": ptrace_bridge,
+    "non-utf8-name": non_utf8_name,
+    "deep-chain": deep_chain,
+    "link-answer": link_answer,
 }
 
 if __name__ == "__main__":

@@ -264,6 +264,23 @@ async def test_file_exists_matches_created_paths_by_glob(
     assert (result.passed, result.explanation) == (passed, explanation)
 
 
+async def test_file_exists_counts_only_present_files_and_shows_names_as_json_holds_them() -> None:
+    # The run records which created paths are present (a link leaving the workspace is not); a name that
+    # is not UTF-8 is matched, explained and written as `collect.shown_path` gives it.
+    odd = os.fsdecode(b"odd-\xff.md")
+    view = completed(created_files=("answer.md", odd), present_files=(odd,))
+    result = await one(grader('type = "file_exists"\npath = "answer.md"'), view)
+    assert (result.passed, result.explanation) == (False, "no created file matches answer.md")
+    result = await one(grader('type = "file_exists"\npath = "answer.md"\nexists = false'), view)
+    assert (result.passed, result.explanation) == (True, "no created file matches answer.md")
+    result = await one(grader('type = "file_exists"\npath = "odd-*.md"'), view)
+    assert (result.passed, result.explanation) == (True, "created odd-\\xff.md")
+    listed = await one(grader('type = "regex"\ntarget = "files"', r"odd-\\xff\.md$"), view)
+    assert (listed.passed, listed.explanation) == (True, "1 matches in files; wanted at least one match")
+    document = json.loads(grades_bytes("c", Arm.SUBJECT, 1, view, NOT_GRADED))
+    assert document["created_files"] == ["answer.md", "odd-\\xff.md"]
+
+
 def test_the_glob_language() -> None:
     assert glob_matches("sm?ke", "smoke")
     assert not glob_matches("sm?ke", "sm/ke")

@@ -3,13 +3,16 @@ written, timestamp collisions, created files kept inside their run, and the secr
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
 
 from eval_runner.contracts.report import Report
 from eval_runner.contracts.strict_json import read
+from eval_runner.engine.collect import path_bytes
 from eval_runner.engine.report_build import BuiltReport, build_report
 from eval_runner.engine.report_inputs import Attempt
 from eval_runner.engine.results_dir import (
@@ -120,6 +123,42 @@ def test_created_files_stay_inside_their_run(evals: Path, tmp_path: Path) -> Non
     ]
     assert not (directory / "runs/escape.txt").exists()
     assert not (directory / "runs/overview/escape.txt").exists()
+
+
+def test_names_json_cannot_hold_are_listed_exactly_and_clashing_copies_never_fail_the_results(
+    evals: Path, tmp_path: Path
+) -> None:
+    # What the agent named never sinks the results: a name that is not UTF-8 (listed with its bytes), two
+    # paths that meet once a secret is scrubbed from one, a file where a directory would go, a path too
+    # long to copy.
+    odd = os.fsdecode(b"odd-\xff.txt")
+    long = "d/" * 600 + "f.txt"
+    created = (
+        ("[redacted].txt", b"first"),
+        ("[redacted].txt", b"second"),
+        ("[redacted]", b"a file"),
+        ("[redacted]/x", b"under a file"),
+        (odd, b"odd"),
+        (long, b"long"),
+    )
+    attempts = tuple(
+        dataclasses.replace(a, created=created) if a.key == ("overview", S, 1) else a for a in better_attempts()
+    )
+    _, directory = built_and_written(evals, tmp_path / "results", attempts)
+    run = directory / "runs/overview/subject-1"
+    listed = read((run / "created.json").read_bytes())
+    assert listed == [
+        "[redacted].txt",
+        "[redacted].txt",
+        "[redacted]",
+        "[redacted]/x",
+        {"path": "odd-\\xff.txt", "path_base64": base64.b64encode(b"odd-\xff.txt").decode()},
+        long,
+    ]
+    assert path_bytes(listed[4]["path"], listed[4]["path_base64"]) == b"odd-\xff.txt"
+    assert sorted(os.listdir(run / "files")) == ["[redacted]", "[redacted].txt"]
+    assert (run / "files/[redacted].txt").read_bytes() == b"first"
+    assert (run / "files/[redacted]").read_bytes() == b"a file"
 
 
 def test_a_missing_attempt_still_gets_its_run_directory(evals: Path, tmp_path: Path) -> None:

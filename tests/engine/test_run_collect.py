@@ -52,7 +52,7 @@ async def test_created_files_are_collected_by_path_and_digest(confinement: Confi
     assert record.created == (
         CreatedFile("big.bin", "file", _digest(big), len(big)),  # over 1 MiB: digest only
         CreatedFile("changed.txt", "file", _digest(b"changed"), 7, data=b"changed"),
-        CreatedFile("dir-link", "symlink", _digest(b"sub"), 3, target="sub"),
+        CreatedFile("dir-link", "symlink", _digest(b"sub"), 3, target="sub", inside=True),
         CreatedFile("exactly.bin", "file", _digest(exactly), len(exactly), data=exactly),
         CreatedFile("fifo", "other", None, 0),
         CreatedFile("shadow-link", "symlink", _digest(b"/etc/shadow"), 11, target="/etc/shadow"),

@@ -5,11 +5,24 @@ with `O_NOFOLLOW | O_NONBLOCK` and read only if it then is a regular file (a lin
 recorded by its target, a FIFO never blocks us), and directories are walked without following links.
 The sandbox is gone before any of this runs, so nothing changes underneath.
 
+Trees are walked and removed through one directory descriptor at a time (`_Cursor`): names relative to
+it, `..` to come back up, no recursion. So no shape of tree the agent made stops us: not a chain deeper
+than PATH_MAX or the stack (`shutil.rmtree` raised `RecursionError` at ~1000 levels and left the run
+directory behind), not the descriptor limit, not a directory it made mode 000 (given back `0700` through
+the descriptor of the directory holding it, as a runner that is not root needs).
+
 Created files (runner.md §13.4 step 12) are the files in `cwd/` after the run whose path or content is
 not one the run started with: a regular file by its sha256 digest (copied when ≤ 1 MiB), a symlink by
 its target, anything else (a FIFO) by its path. At most `MAX_CREATED` entries are recorded and at most
 `MAX_READ` bytes read for them, in walk order (names sorted at each level); the record says whether it
-holds them all. The bound keeps a run that filled its workspace from holding the runner for minutes.
+holds them all (also False when a directory could not be read). The bound keeps a run that filled its
+workspace from holding the runner for minutes. A link is `inside` when its target, resolved by name
+against what the walk saw, names a file or directory in the workspace; only such links, and regular
+files, are `present` (what `file_exists` counts).
+
+Paths are kept as the operating system gives them (surrogate-escaped where a name is not UTF-8); what
+goes into JSON or a file name is `shown_path` (the path, or its bytes with each one that is not UTF-8
+written `\\xNN`), with `exact_path` (base64 of the bytes) beside it where the record is kept.
 
 Secrets (the door key, the proxy tokens, the decision key, fallback keys) are replaced by `REDACTED`
 in every kept byte and path, and in the workspace files a file grader may read (spec open question 11:
@@ -21,15 +34,15 @@ results directory so the message names no host path.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
 import math
 import os
-import shutil
 import stat
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -39,15 +52,23 @@ MAX_COPIED = 1 << 20
 MAX_CREATED = 4096
 #: Bytes of created files read (hashed) at most, all entries together.
 MAX_READ = 512 << 20
+#: Links followed at most resolving one created link's target (the kernel's MAXSYMLINKS).
+MAX_HOPS = 40
 REDACTED = b"[redacted]"
 _CHUNK = 1 << 20
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_OURS = 0o700
+_Identity = tuple[int, int]  # a directory's (st_dev, st_ino)
 
 
 @dataclass(frozen=True, slots=True)
 class CreatedFile:
-    """One created entry of the workspace. `digest` is `sha256:<hex>` of the kept bytes (of the target
-    text for a symlink; None for anything that is neither file nor link); `data` holds a regular file of
-    at most `MAX_COPIED` bytes; `target` a symlink's target, never followed."""
+    """One created entry of the workspace. `path` (and `target`) as the operating system gives them, so
+    not always UTF-8 (`shown_path` is their JSON form); `digest` is `sha256:<hex>` of the kept bytes (of
+    the target text for a symlink; None for anything that is neither file nor link); `data` holds a
+    regular file of at most `MAX_COPIED` bytes; `target` a symlink's target, never followed; `inside`
+    whether that target names a file or directory inside the workspace (module docstring)."""
 
     path: str
     kind: Literal["file", "symlink", "other"]
@@ -55,6 +76,51 @@ class CreatedFile:
     size: int
     data: bytes | None = None
     target: str | None = None
+    inside: bool = False
+
+    @property
+    def present(self) -> bool:
+        """A regular file, or a link to one (or to a directory) inside the workspace: what `file_exists`
+        counts. A link that leaves the workspace, dangles, or names a FIFO is not."""
+        return self.kind == "file" or (self.kind == "symlink" and self.inside)
+
+
+def shown_path(path: str) -> str:
+    """A kept path or link target as JSON can hold it: the path itself when its bytes are UTF-8, else those
+    bytes with each one that is not UTF-8 written `\\xNN`. Two names can show alike (`a\\xff` is also a
+    valid name of its own), so where the record is kept `exact_path` is beside it."""
+    if path.isascii():
+        return path
+    raw = _path_bytes(path)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "backslashreplace")
+
+
+def exact_path(path: str) -> str | None:
+    """The base64 of a kept path's bytes when `shown_path` does not give them back (they are not UTF-8);
+    None when it does."""
+    if path.isascii():
+        return None
+    raw = _path_bytes(path)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return base64.b64encode(raw).decode("ascii")
+    return None
+
+
+def path_bytes(shown: str, exact: str | None) -> bytes:
+    """The bytes of a path recorded as (`shown_path`, `exact_path`)."""
+    return shown.encode("utf-8") if exact is None else base64.b64decode(exact, validate=True)
+
+
+def _path_bytes(path: str) -> bytes:
+    try:
+        return os.fsencode(path)  # the bytes a surrogate-escaped name was read from
+    except UnicodeEncodeError:  # a lone surrogate no file name holds: kept, not lost
+        return path.encode("utf-8", "surrogatepass")
 
 
 def sha256_digest(data: bytes) -> str:
@@ -75,7 +141,7 @@ def scrub_text(text: str, secrets: Sequence[bytes]) -> str:
 def read_file(path: Path, limit: int) -> bytes | None:
     """A regular file's bytes, at most `limit` of them; None if it is absent, a link or not a regular file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, _READ)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as file:
@@ -105,16 +171,43 @@ def created_files(
     """The entries of `cwd` not in `before` (path → `file:<digest>` as `signature` gives), scrubbed, in
     walk order, and whether that is all of them. A scrubbed workspace file is rewritten in place."""
     created: list[CreatedFile] = []
+    seen = _Seen()
+    links: list[tuple[int, _Identity, str]] = []
     budget = MAX_READ
-    for relative, path, status in _walk(cwd):
-        if stat.S_ISREG(status.st_mode):
-            budget -= status.st_size
-        if len(created) >= MAX_CREATED or budget < 0:
-            return tuple(created), False
-        entry = _entry(relative, path, status.st_mode, before, secrets)
-        if entry is not None:
-            created.append(entry)
-    return tuple(created), True
+    walk = _Walk(cwd)
+    with contextlib.closing(walk.entries()) as entries:
+        for relative, name, status in entries:
+            mode = status.st_mode
+            if stat.S_ISDIR(mode):
+                seen.add(walk.directory, name, status)
+                continue
+            if stat.S_ISREG(mode):
+                budget -= status.st_size
+            if len(created) >= MAX_CREATED or budget < 0:
+                walk.complete = False
+                break
+            entry: CreatedFile | None
+            if stat.S_ISLNK(mode):
+                try:
+                    target = os.readlink(name, dir_fd=walk.fd)
+                except OSError:
+                    walk.complete = False
+                    continue
+                seen.add(walk.directory, name, status, target)
+                entry = _link_entry(relative, target, before, secrets)
+                if entry is not None:
+                    links.append((len(created), walk.directory, name))
+            elif stat.S_ISREG(mode):
+                seen.add(walk.directory, name, status)
+                entry = _file_entry(relative, name, walk.fd, mode, before, secrets)
+            else:
+                seen.add(walk.directory, name, status)
+                entry = None if relative in before else CreatedFile(scrub_text(relative, secrets), "other", None, 0)
+            if entry is not None:
+                created.append(entry)
+    for index, directory, name in links:
+        created[index] = replace(created[index], inside=seen.lands_inside(directory, name))
+    return tuple(created), walk.complete
 
 
 def signature(data: bytes) -> str:
@@ -122,32 +215,20 @@ def signature(data: bytes) -> str:
     return "file:" + sha256_digest(data)
 
 
-def _walk(top: Path) -> Iterable[tuple[str, Path, os.stat_result]]:
-    """Every non-directory under `top` as (relative `/` path, path, lstat); names sorted at each level, a
-    directory's entries where its name sorts."""
-    for relative, path, status in _walk_all(top):
-        if not stat.S_ISDIR(status.st_mode):
-            yield relative, path, status
+def _link_entry(relative: str, target: str, before: Mapping[str, str], secrets: Sequence[bytes]) -> CreatedFile | None:
+    if before.get(relative) == "link:" + target:
+        return None
+    kept = scrub_text(target, secrets)
+    encoded = os.fsencode(kept)
+    return CreatedFile(scrub_text(relative, secrets), "symlink", sha256_digest(encoded), len(encoded), target=kept)
 
 
-def _entry(
-    relative: str, path: Path, mode: int, before: Mapping[str, str], secrets: Sequence[bytes]
+def _file_entry(
+    relative: str, name: str, at: int, mode: int, before: Mapping[str, str], secrets: Sequence[bytes]
 ) -> CreatedFile | None:
     shown = scrub_text(relative, secrets)
-    if stat.S_ISLNK(mode):
-        try:
-            target = os.readlink(path)
-        except OSError:
-            return None
-        if before.get(relative) == "link:" + target:
-            return None
-        kept = scrub_text(target, secrets)
-        encoded = os.fsencode(kept)
-        return CreatedFile(shown, "symlink", sha256_digest(encoded), len(encoded), target=kept)
-    if not stat.S_ISREG(mode):
-        return None if relative in before else CreatedFile(shown, "other", None, 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = _open_file(name, at, _READ, stat.S_IMODE(mode) | 0o400)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as file:
@@ -165,22 +246,94 @@ def _entry(
         return None
     clean = scrub(data, secrets)
     if clean != data:
-        _rewrite(path, clean)
+        _rewrite(name, at, clean)
     return CreatedFile(shown, "file", sha256_digest(clean), len(clean), data=clean)
 
 
-def _rewrite(path: Path, data: bytes) -> None:
-    """Put the scrubbed bytes in the workspace file, or remove it when it cannot be written (a runner
-    that is not root and a file the agent made read-only): a file grader never reads a secret."""
+def _open_file(name: str, at: int, flags: int, mode: int) -> int:
+    """Open a regular file under the directory `at`, never through a link; one the agent made unreadable
+    or read-only is given `mode` first (it is the runner's to read, and nothing runs in the sandbox now)."""
     try:
-        if not os.access(path, os.W_OK):
-            os.chmod(path, 0o600)  # a regular file (lstat said so), and nothing runs in the sandbox now
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return os.open(name, flags, dir_fd=at)
+    except PermissionError:
+        with contextlib.suppress(OSError, ValueError, NotImplementedError):
+            os.chmod(name, mode, dir_fd=at, follow_symlinks=False)
+        return os.open(name, flags, dir_fd=at)
+
+
+def _rewrite(name: str, at: int, data: bytes) -> None:
+    """Put the scrubbed bytes in the workspace file, or remove it when it cannot be written: a file
+    grader never reads a secret."""
+    try:
+        fd = _open_file(name, at, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "wb") as file:
             file.write(data)
     except OSError:
         with contextlib.suppress(OSError):
-            os.unlink(path)
+            os.unlink(name, dir_fd=at)
+
+
+class _Seen:
+    """Every entry the walk saw, by (the directory holding it, its name): what a created link's target is
+    resolved against, so that none is followed on disk, and each step costs the same however deep."""
+
+    def __init__(self) -> None:
+        self._kinds: dict[tuple[_Identity, str], str] = {}  # dir, file, link or other
+        self._directories: dict[tuple[_Identity, str], _Identity] = {}
+        self._parents: dict[_Identity, _Identity] = {}
+        self._targets: dict[tuple[_Identity, str], str] = {}
+
+    def add(self, directory: _Identity, name: str, status: os.stat_result, target: str | None = None) -> None:
+        key, mode = (directory, name), status.st_mode
+        if stat.S_ISDIR(mode):
+            self._kinds[key] = "dir"
+            self._directories[key] = (status.st_dev, status.st_ino)
+            self._parents[status.st_dev, status.st_ino] = directory
+        elif target is not None:
+            self._kinds[key], self._targets[key] = "link", target
+        else:
+            self._kinds[key] = "file" if stat.S_ISREG(mode) else "other"
+
+    def lands_inside(self, directory: _Identity, name: str) -> bool:
+        """Whether the link `name` in `directory` names a file or directory the walk saw inside the
+        workspace: its target resolved name by name from the link's directory, links on the way followed
+        (at most `MAX_HOPS`) only as the walk recorded them. An absolute target, a `..` above the
+        workspace, a name the walk did not see (one through `via -> /etc`) or the workspace itself never
+        does."""
+        pending = _components(self._targets[directory, name])
+        if pending is None:
+            return False
+        here, kind, hops = directory, "dir", 0
+        while pending:
+            step = pending.pop()
+            if kind != "dir":
+                return False  # a name after a file, which is not a directory
+            if step in ("", "."):
+                continue
+            if step == "..":
+                if here not in self._parents:
+                    return False  # above the workspace
+                here = self._parents[here]
+                continue
+            key = (here, step)
+            kind = self._kinds.get(key, "")
+            if kind == "link":
+                hops += 1
+                further = _components(self._targets[key])
+                if hops > MAX_HOPS or further is None:
+                    return False
+                kind = "dir"
+                pending.extend(further)
+            elif kind == "dir":
+                here = self._directories[key]
+            elif not kind:
+                return False
+        return kind == "file" or (kind == "dir" and here in self._parents)
+
+
+def _components(target: str) -> list[str] | None:
+    """A relative target's names, last first; None for an absolute one (it leaves the workspace)."""
+    return None if target.startswith("/") else target.split("/")[::-1]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -188,24 +341,27 @@ def _rewrite(path: Path, data: bytes) -> None:
 
 
 def secret_in(directory: Path, secrets: Sequence[bytes]) -> str | None:
-    """The first path (relative, `/`-separated) under `directory` whose name or content holds a secret."""
+    """The first path (relative, `/`-separated, as `shown_path` writes it) under `directory` whose name or
+    content holds a secret."""
     wanted = [secret for secret in secrets if secret]
     if not wanted:
         return None
     overlap = max(len(secret) for secret in wanted) - 1
-    for relative, path, status in _walk_all(directory):
-        mode = status.st_mode
-        if any(secret in os.fsencode(relative) for secret in wanted):
-            return relative
-        if stat.S_ISLNK(mode):
-            try:
-                target = os.fsencode(os.readlink(path))
-            except OSError:
-                continue
-            if any(secret in target for secret in wanted):
-                return relative
-        elif stat.S_ISREG(mode) and _holds(path, wanted, overlap):
-            return relative
+    walk = _Walk(directory)
+    with contextlib.closing(walk.entries()) as entries:
+        for relative, name, status in entries:
+            mode = status.st_mode
+            if any(secret in os.fsencode(relative) for secret in wanted):
+                return shown_path(relative)
+            if stat.S_ISLNK(mode):
+                try:
+                    target = os.fsencode(os.readlink(name, dir_fd=walk.fd))
+                except OSError:
+                    continue
+                if any(secret in target for secret in wanted):
+                    return shown_path(relative)
+            elif stat.S_ISREG(mode) and _holds(name, walk.fd, wanted, overlap):
+                return shown_path(relative)
     return None
 
 
@@ -219,37 +375,9 @@ def remove_results_holding_secret(directory: Path, secrets: Sequence[bytes]) -> 
     return f"the door key was found in {found}; the results were removed"
 
 
-def _walk_all(top: Path) -> Iterable[tuple[str, Path, os.stat_result]]:
-    """Every entry under `top`, directories included (before their entries), links not followed; no
-    recursion, so no depth of directories the agent made can exhaust the stack."""
-    stack: list[tuple[str, Iterator[os.DirEntry[str]]]] = [("", _sorted_entries(top))]
-    while stack:
-        prefix, entries = stack[-1]
-        entry = next(entries, None)
-        if entry is None:
-            stack.pop()
-            continue
-        relative = prefix + entry.name
-        try:
-            status = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        yield relative, Path(entry.path), status
-        if stat.S_ISDIR(status.st_mode):
-            stack.append((relative + "/", _sorted_entries(Path(entry.path))))
-
-
-def _sorted_entries(directory: Path) -> Iterator[os.DirEntry[str]]:
+def _holds(name: str, at: int, secrets: Sequence[bytes], overlap: int) -> bool:
     try:
-        with os.scandir(directory) as entries:
-            return iter(sorted(entries, key=lambda entry: entry.name))
-    except OSError:
-        return iter(())
-
-
-def _holds(path: Path, secrets: Sequence[bytes], overlap: int) -> bool:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(name, _READ, dir_fd=at)
     except OSError:
         return False
     with os.fdopen(fd, "rb") as file:
@@ -262,20 +390,211 @@ def _holds(path: Path, secrets: Sequence[bytes], overlap: int) -> bool:
     return False
 
 
-def remove_tree(path: Path) -> None:
-    """Remove a tree the sandbox wrote, even where it took its own permissions away (a runner that is
-    not root cannot list a directory the agent made mode 000)."""
-    if not os.path.lexists(path):
-        return
-    if os.path.islink(path) or not os.path.isdir(path):
-        os.unlink(path)
-        return
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o700)
-    for directory, names, _ in os.walk(path):
-        for name in names:
-            child = os.path.join(directory, name)
-            if not os.path.islink(child):
-                with contextlib.suppress(OSError):
-                    os.chmod(child, 0o700)
-    shutil.rmtree(path, ignore_errors=True)
+# --------------------------------------------------------------------------------------------------
+# Walking and removing a tree the agent wrote
+
+
+class _Cursor:
+    """One open directory of a tree and the way back up. One descriptor at a time (`..` to go up, checked
+    against the directory we came from), so neither depth, PATH_MAX nor the descriptor limit bounds a
+    walk; a directory is opened with `O_NOFOLLOW`, so a link is never entered; one the agent made
+    unreadable, unsearchable or read-only (the runner may not be root) is given `u+rwx` through the
+    directory holding it, before opening, or through its own descriptor, after."""
+
+    def __init__(self, fd: int, identity: _Identity) -> None:
+        self.fd = fd
+        self._here = identity
+        self._above: list[_Identity] = []
+
+    @classmethod
+    def at(cls, top: Path) -> _Cursor | None:
+        try:
+            parent = os.open(top.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            opened = _open_directory(top.name, parent)
+        finally:
+            os.close(parent)
+        return None if opened is None else cls(*opened)
+
+    def enter(self, name: str) -> bool:
+        opened = _open_directory(name, self.fd)
+        if opened is None:
+            return False
+        os.close(self.fd)
+        self._above.append(self._here)
+        self.fd, self._here = opened
+        return True
+
+    def leave(self) -> bool:
+        """Back up one level; False when `..` is not the directory we came from (the tree moved)."""
+        expected = self._above.pop()
+        try:
+            fd = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self.fd)
+        except OSError:
+            return False
+        try:
+            found = os.fstat(fd)
+        except OSError:
+            found = None
+        if found is None or (found.st_dev, found.st_ino) != expected:
+            os.close(fd)
+            return False
+        os.close(self.fd)
+        self.fd, self._here = fd, expected
+        return True
+
+    @property
+    def identity(self) -> _Identity:
+        return self._here
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def _open_directory(name: str, at: int) -> tuple[int, _Identity] | None:
+    """`name` under `at` as a directory we may list, search and empty, with its identity; None if it is not
+    a directory (a link is not) or cannot be made one we may use."""
+    try:
+        fd = os.open(name, _DIRECTORY, dir_fd=at)
+    except PermissionError:
+        try:
+            os.chmod(name, _OURS, dir_fd=at, follow_symlinks=False)  # refuses a link
+            fd = os.open(name, _DIRECTORY, dir_fd=at)
+        except (OSError, ValueError, NotImplementedError):
+            return None
+    except OSError:
+        return None
+    try:
+        status = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    if status.st_mode & _OURS != _OURS:
+        with contextlib.suppress(OSError):  # not ours to change: what the other bits allow will do
+            os.chmod(fd, stat.S_IMODE(status.st_mode) | _OURS)
+    return fd, (status.st_dev, status.st_ino)
+
+
+def _names(fd: int) -> list[str] | None:
+    try:
+        return os.listdir(fd)
+    except OSError:
+        return None
+
+
+class _Walk:
+    """Every entry under `top`, directories before their entries, names sorted at each level, links never
+    followed, as (relative `/` path, name, lstat); while an entry is yielded `fd` is the directory holding
+    it and `directory` that directory's identity. `complete` is False once a directory could not be read
+    (or a caller stopped short)."""
+
+    def __init__(self, top: Path) -> None:
+        self.top = top
+        self.fd = -1
+        self.directory: _Identity = (0, 0)
+        self.complete = True
+
+    def entries(self) -> Generator[tuple[str, str, os.stat_result], None, None]:
+        cursor = _Cursor.at(self.top)
+        if cursor is None:
+            self.complete = False
+            return
+        try:
+            levels = [("", iter(self._sorted(cursor.fd)))]
+            while levels:
+                prefix, names = levels[-1]
+                name = next(names, None)
+                if name is None:
+                    levels.pop()
+                    if levels and not cursor.leave():
+                        self.complete = False
+                        return
+                    continue
+                try:
+                    status = os.stat(name, dir_fd=cursor.fd, follow_symlinks=False)
+                except OSError:
+                    self.complete = False
+                    continue
+                self.fd, self.directory = cursor.fd, cursor.identity
+                yield prefix + name, name, status
+                if stat.S_ISDIR(status.st_mode):
+                    if cursor.enter(name):
+                        levels.append((f"{prefix}{name}/", iter(self._sorted(cursor.fd))))
+                    else:
+                        self.complete = False
+        finally:
+            cursor.close()
+
+    def _sorted(self, fd: int) -> list[str]:
+        names = _names(fd)
+        if names is None:
+            self.complete = False
+            return []
+        return sorted(names)
+
+
+def remove_tree(path: Path) -> bool:
+    """Remove a tree the sandbox wrote and say whether it is gone. Never raises, recurses or follows a
+    link (`_Cursor`); an entry that truly cannot be removed is left and the answer is False."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    if stat.S_ISDIR(status.st_mode):
+        cursor = _Cursor.at(path)
+        if cursor is None:
+            return False
+        try:
+            _empty(cursor)
+        finally:
+            cursor.close()
+    try:
+        (os.rmdir if stat.S_ISDIR(status.st_mode) else os.unlink)(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _empty(cursor: _Cursor) -> None:
+    """Remove everything under the cursor's directory, depth first, leaving the cursor where it began. A
+    file is unlinked without a stat first (a directory refuses, and is then entered), so an ordinary tree
+    costs one call a file."""
+    levels = [_names(cursor.fd) or []]
+    entered: list[str] = []
+    while levels:
+        names = levels[-1]
+        if names:
+            name = names.pop()
+            if _unlink(name, cursor.fd) and cursor.enter(name):
+                entered.append(name)
+                levels.append(_names(cursor.fd) or [])
+            continue
+        levels.pop()
+        if not entered:
+            return
+        name = entered.pop()
+        if not cursor.leave():
+            return
+        with contextlib.suppress(OSError):
+            os.rmdir(name, dir_fd=cursor.fd)
+
+
+def _unlink(name: str, at: int) -> bool:
+    """Unlink `name` unless it is a directory; True when it is one (to be entered and emptied)."""
+    try:
+        os.unlink(name, dir_fd=at)
+    except IsADirectoryError:
+        return True
+    except PermissionError:  # EPERM: how other systems refuse a directory
+        with contextlib.suppress(OSError):
+            return stat.S_ISDIR(os.stat(name, dir_fd=at, follow_symlinks=False).st_mode)
+    except OSError:
+        pass
+    return False

@@ -15,9 +15,17 @@ score (runner.md §13.2, §13.6, §13.11).
   scored grader passed; both are None when the run is not graded or has no scored grader.
 
 `RunView` is deliberately small and independent of the sandbox: the outcome word and reason, the
-trajectory, the created paths, a workspace reader for `{file}` focuses, the prompt. Patterns run under
-RE2 in-process, or in a killable worker interpreter when only Python's `re` can run them
-(`engine/grader_patterns.py`); pass one `PatternRunner` for many runs so that worker is reused.
+trajectory, the created paths (and which of them `file_exists` counts), a workspace reader for `{file}`
+focuses, the prompt. Patterns run under RE2 in-process, or in a killable worker interpreter when only
+Python's `re` can run them (`engine/grader_patterns.py`); pass one `PatternRunner` for many runs so that
+worker is reused.
+
+A created path is kept as the file system gave it; wherever it is shown (the `files` focus, the grades
+document, an explanation, a glob's match) it is `collect.shown_path`, so a name that is not UTF-8 never
+stops a run's grading. **`file_exists`** counts a created regular file, and a created link only when its
+target names a file or directory inside the workspace (`collect.CreatedFile.present`): a link to
+`/etc/passwd`, or one that climbs out with `..`, never satisfies it. The reference counts every created
+link whatever its target and never lists a FIFO; a FIFO does not count here either.
 
 **Receipt graders** replay a Wasm guest's invocation receipts in the reference (`plugin::replay`). The
 receipt format and the replayer are not public material this port can pin, so a receipt grader always
@@ -40,6 +48,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from eval_runner.contracts import strict_json
+from eval_runner.engine.collect import shown_path
 from eval_runner.engine.door_graders import (
     NO_DOORS,
     Checked,
@@ -153,7 +162,8 @@ class WorkspaceDirectory:
 @dataclass(frozen=True, slots=True)
 class RunView:
     """What grading reads of one run. `reason` is set exactly when the outcome is `errored`;
-    `created_files` are workspace-relative paths in the order the run recorded them; `prompt` is the task
+    `created_files` are workspace-relative paths in the order the run recorded them; `present_files` those
+    of them `file_exists` counts (None: all of them, a view built from paths alone); `prompt` is the task
     the agent was given (None: the case's prompt)."""
 
     outcome: RunOutcomeWord
@@ -162,6 +172,7 @@ class RunView:
     created_files: tuple[str, ...] = ()
     workspace: WorkspaceReader | None = None
     prompt: str | None = None
+    present_files: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in ("completed", "errored", "cancelled", "unknown"):
@@ -327,7 +338,7 @@ def focus_value(focus: Focus, view: RunView) -> JsonValue:
     if focus.kind is FocusKind.TRAJECTORY:
         return _trajectory(view).door_view()
     if focus.kind is FocusKind.FILES:
-        return "\n".join(view.created_files)
+        return "\n".join(shown_path(path) for path in view.created_files)
     if view.workspace is None:
         raise FocusError(NO_WORKSPACE)
     assert focus.path is not None
@@ -393,7 +404,9 @@ def _operation_order(grader: OperationOrderGrader, view: RunView) -> Checked:
 
 
 def _file_exists(grader: FileExistsGrader, view: RunView) -> Checked:
-    found = next((path for path in view.created_files if glob_matches(grader.path, path)), None)
+    present = view.created_files if view.present_files is None else view.present_files
+    shown = (shown_path(path) for path in present)
+    found = next((path for path in shown if glob_matches(grader.path, path)), None)
     if grader.exists:
         if found is None:
             return failed(f"no created file matches {grader.path}")
@@ -436,7 +449,7 @@ def grades_document(
         "passed": grades.passed,
         "cost_usd": cost_usd,
         "seconds": seconds,
-        "created_files": list(view.created_files),
+        "created_files": [shown_path(path) for path in view.created_files],
         "graders": [result.to_json() for result in grades.results],
     }
 

@@ -14,6 +14,13 @@ written whole is removed. Then the whole directory is scanned for the door key, 
 fallback keys (`engine.collect.secret_in`); a directory holding one is removed and the run fails with
 `the door key was found in <path>; the results were removed`, `<path>` relative to the directory so
 the message names no host path.
+
+`created.json` lists every created path in walk order: the path itself, or for a name that is not UTF-8
+`{"path": <shown, each byte that is not UTF-8 as \\xNN>, "path_base64": <its exact bytes>}`
+(`collect.shown_path`, `collect.exact_path`). A copy goes under `files/` only for a plain UTF-8 path of
+at most `MAX_COPIED_PATH` bytes, and only the first of two created paths that ask for one place (their
+names can meet once a secret is scrubbed from one): nothing the agent names fails the whole directory,
+and so the suite.
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
-from eval_runner.contracts.strict_json import pretty
-from eval_runner.engine.collect import remove_tree, secret_in
+from eval_runner.contracts.strict_json import JsonValue, pretty
+from eval_runner.engine.collect import exact_path, remove_tree, secret_in, shown_path
 from eval_runner.engine.report_build import BuiltReport
 from eval_runner.engine.report_inputs import Attempt, run_path
 from eval_runner.engine.scores import Arm
@@ -34,6 +41,9 @@ from eval_runner.engine.testset import CASE_FILE, FIXTURES_DIR, GRADERS_DIR, PRO
 
 #: The most suffixes tried when a results directory's timestamp is taken.
 MAX_SUFFIX = 999
+#: The longest created path (bytes) copied under `files/`, so the copy's whole path stays well below
+#: PATH_MAX (4096) wherever the results base is, and at most 512 levels deep for a reader's walk.
+MAX_COPIED_PATH = 1024
 
 
 class ResultsError(Exception):
@@ -162,13 +172,35 @@ def _write_run(directory: Path, attempt: Attempt) -> None:
         _write(run_dir / "stdout.jsonl", attempt.stdout)
     if attempt.stderr is not None:
         _write(run_dir / "stderr.txt", attempt.stderr)
-    _write(run_dir / "created.json", pretty([path for path, _ in attempt.created]))
+    _write(run_dir / "created.json", pretty([listed_path(path) for path, _ in attempt.created]))
     files = run_dir / "files"
     for path, data in attempt.created:
-        if data is None or not _plain(path):
-            # A created path that would leave `files/` is listed in created.json and never written.
-            continue
-        _write(files / path, data)
+        if data is not None and _copied(path):
+            _copy(files / path, data)
+
+
+def listed_path(path: str) -> JsonValue:
+    """A created path as created.json lists it (module docstring): exact, and JSON whatever its bytes."""
+    exact = exact_path(path)
+    return shown_path(path) if exact is None else {"path": shown_path(path), "path_base64": exact}
+
+
+def _copied(path: str) -> bool:
+    """Whether a created file gets a copy: a path that would leave `files/`, is not UTF-8 or is longer
+    than `MAX_COPIED_PATH` is listed in created.json and never written."""
+    return _plain(path) and exact_path(path) is None and len(path.encode()) <= MAX_COPIED_PATH
+
+
+def _copy(path: Path, data: bytes) -> None:
+    """A created file's copy; none when an earlier copy holds its place (a file, or a directory of that
+    name)."""
+    try:
+        _write(path, data)
+    except ResultsError:
+        return  # written twice
+    except OSError as error:
+        if error.errno not in (errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            raise
 
 
 def _plain(path: str) -> bool:

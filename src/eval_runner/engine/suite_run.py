@@ -363,6 +363,7 @@ async def _graded(
         reason=outcome.reason,
         trajectory=trajectory,
         created_files=tuple(created.path for created in record.created),
+        present_files=tuple(created.path for created in record.created if created.present),
         workspace=None if record.workspace is None else WorkspaceDirectory(record.workspace.path),
     )
     grades: RunGrades = await grade_run(planned.case, planned.arm, view, doors, operations, patterns=patterns)
