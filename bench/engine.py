@@ -134,6 +134,7 @@ async def one_turn(spec: RunSpec, suite: Suite, confinement: Confinement, doors:
             reason=record.outcome.reason,
             trajectory=None if record.trajectory is None else parse_trajectory(record.trajectory),
             created_files=tuple(created.path for created in record.created),
+            present_files=tuple(created.path for created in record.created if created.present),
             workspace=None if record.workspace is None else WorkspaceDirectory(record.workspace.path),
         )
         case = suite.cases[0]
