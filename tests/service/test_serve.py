@@ -31,7 +31,7 @@ from eval_runner.engine.sandbox import Unconfined
 from eval_runner.nostr import SecretKey
 from eval_runner.service.config import Config
 from eval_runner.service.ledger import Claim, Ledger, ledger_path
-from eval_runner.service.serve import ServeError
+from eval_runner.service.serve import ServeError, sandbox_text
 from tests.e2e.serve_process import (
     AGENT,
     BOUND,
@@ -72,6 +72,7 @@ async def test_serve_generates_its_key_once_prints_the_startup_lines_and_stops_o
             f"relay   embedded at {url}",
             "catalog Codebase brief",
             f"agent   {_digest(AGENT)}",
+            f"sandbox {sandbox_text(host_confinement())}",
             "limits  no usage limit; 2 suites and 2 runs at once",
             "disk    each run may write 1024 MiB; no new runs below 1024 MiB free",
             f"usage   {state / 'usage'}",
@@ -175,6 +176,7 @@ async def test_check_prints_what_would_run_and_changes_nothing(tmp_path: Path, t
             "door     default/stand-in",
             "decision none",
             f"agent    {AGENT} ({_digest(AGENT)})",
+            f"sandbox  {sandbox_text(host_confinement())}",
             f"catalog  {tool.name} {tool.definition.id}",
             "limits   no usage limit; 2 suites and 2 runs at once",
             "disk     each run may write 1024 MiB; no new runs below 1024 MiB free",

@@ -29,14 +29,17 @@ Where we differ from the reference's boundary (runner.md §13.5), on purpose:
   world-searchable; the probe checks the temp root).
 * **Resource limits** (bwrap has none): address space, processes, open files, file size and CPU time
   (the deadline plus a margin), set by the bridge on the agent only; core dumps are off.
-* **A memory budget the runner enforces** (`Limits.memory`, `engine/memory_watch.py`): the
-  address-space limit refuses allocations, but an agent that handles the refusal exits as if nothing
-  happened, and it counts each process alone. So while the sandbox runs, the runner sums the resident
-  memory of its pid 1 and every descendant every 50 ms; over the budget, it stops the sandbox as the
-  deadline does (`Stop.MEMORY`, the run is `errored(memory_limit)`), and while the sandbox is stopping
-  it may not pass half as much again (`_CEILING`), or it is SIGKILLed at once. The address space is
-  set well above the budget, so a hog that touches what it got meets the budget first; only an
-  allocation beyond the backstop itself is refused before it holds anything.
+* **A memory budget the runner enforces** (`Limits.memory`): the address-space limit refuses
+  allocations, but an agent that handles the refusal exits as if nothing happened, and it counts each
+  process alone. Where the host gives one, each sandbox's pid 1 is placed in its own memory cgroup before
+  it runs (`--block-fd` holds it; `engine/cgroup.py`), and the budget reads the cgroup's count, the
+  kernel holding a hard ceiling; elsewhere the runner sums resident memory and held memfds
+  (`engine/memory_watch.py`). Over the budget the sandbox is stopped as the deadline does (`Stop.MEMORY`,
+  `errored(memory_limit)`), and while stopping it may not pass half as much again (`_CEILING`).
+* **A disk budget** (`Limits.disk`, `Limits.files`, `engine/disk_watch.py`): the writable directories and
+  the unlinked files the sandbox holds open are measured the same way (`Stop.DISK`, `errored(disk_limit)`).
+* **A seccomp filter** (`engine/syscall_filter.py`) and a bridge that ends the sandbox on its own when the
+  runner goes or the run is overdue (`engine/bridge.py`), so nothing outlives its run.
 
 `engine/confinement.py`'s `probe()` runs a tiny command in exactly this shape once at start and returns
 `Confinement` or `Unconfined(reason)`; a host that cannot confine gets `errored(unconfined_host)` for

@@ -17,6 +17,7 @@ Output (stdout), labels padded as the reference pads them:
     door     default/<model>
     decision <door → door → …>  or  decision none
     agent    <EVAL_RUNNER_CODER> (<sha256 digest>)
+    sandbox  <backend; seccomp filter; who counts memory>
     catalog  <tool name> <definition id>      (one line per catalog tool)
     limits   <limits line>
     disk     <disk line>
@@ -37,10 +38,10 @@ from typing import TextIO
 from eval_runner.contracts.hosted import RUNNER
 from eval_runner.engine.catalog import Catalog
 from eval_runner.engine.confinement import probe
-from eval_runner.engine.sandbox import Unconfined
+from eval_runner.engine.sandbox import Confinement, Unconfined
 from eval_runner.service.config import Config, ConfigError, EmbeddedRelay
 from eval_runner.service.keyfile import KeyFileError, load_key
-from eval_runner.service.serve import ServeError, agent_digest, load_catalog
+from eval_runner.service.serve import ServeError, agent_digest, load_catalog, sandbox_text
 
 CLOSED_HINT = "admission closed (remove the closed file to open it)"
 
@@ -59,7 +60,7 @@ def runner_lines(config: Config) -> list[str]:
     return lines
 
 
-def check_lines(config: Config, catalog: Catalog, digest: str) -> list[str]:
+def check_lines(config: Config, catalog: Catalog, digest: str, confinement: Confinement) -> list[str]:
     """Everything after the runner lines."""
     relay = config.relay
     relay_text = f"embedded at {relay.url}" if isinstance(relay, EmbeddedRelay) else relay.url
@@ -76,6 +77,7 @@ def check_lines(config: Config, catalog: Catalog, digest: str) -> list[str]:
         f"door     {config.door.label()}",
         f"decision {decision}",
         f"agent    {config.coder} ({digest})",
+        f"sandbox  {sandbox_text(confinement)}",
         *(f"catalog  {tool.name} {tool.definition.id}" for tool in catalog.tools),
         f"limits   {config.limits.line()}",
         f"disk     {config.disk.line()}",
@@ -91,7 +93,7 @@ def check(config: Config) -> list[str]:
         raise ServeError(f"unconfined_host: {confinement.reason}")
     lines = runner_lines(config)
     catalog = load_catalog(config)
-    return lines + check_lines(config, catalog, agent_digest(config.coder))
+    return lines + check_lines(config, catalog, agent_digest(config.coder), confinement)
 
 
 def check_main(argv: list[str], *, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:

@@ -46,7 +46,7 @@ from eval_runner.contracts.strict_json import digest_bytes
 from eval_runner.engine.catalog import Catalog, CatalogError
 from eval_runner.engine.confinement import probe
 from eval_runner.engine.leftovers import sweep
-from eval_runner.engine.sandbox import Unconfined
+from eval_runner.engine.sandbox import Confinement, Unconfined
 from eval_runner.nostr import Event, SecretKey
 from eval_runner.service.claims import LedgerError
 from eval_runner.service.config import Config, ConfigError, EmbeddedRelay, os_error_text
@@ -82,7 +82,20 @@ def relay_line(config: Config, url: str) -> str:
     return f"relay   {url}"
 
 
-def startup_lines(config: Config, *, runner: str, relay_url: str, catalog: Catalog, agent_digest: str) -> list[str]:
+def sandbox_text(confinement: Confinement) -> str:
+    """What every run's sandbox is on this host: the backend, the syscall filter and who counts memory."""
+    seccomp = "a seccomp filter" if confinement.seccomp is not None else "no seccomp filter (libseccomp missing)"
+    memory = (
+        "memory counted by a " + confinement.cgroups.describe()
+        if confinement.cgroups is not None
+        else "memory counted by the runner (no memory cgroup for it here)"
+    )
+    return f"{confinement.bwrap}; {seccomp}; {memory}"
+
+
+def startup_lines(
+    config: Config, *, runner: str, relay_url: str, catalog: Catalog, agent_digest: str, confinement: Confinement
+) -> list[str]:
     """The lines `serve` prints before it listens (runner.md §3.1 step 4)."""
     probe, renew = seconds_text(config.probe_ms / 1000), seconds_text(config.renew_ms / 1000)
     return [
@@ -90,6 +103,7 @@ def startup_lines(config: Config, *, runner: str, relay_url: str, catalog: Catal
         relay_line(config, relay_url),
         f"catalog {', '.join(tool.name for tool in catalog.tools)}",
         f"agent   {agent_digest}",
+        f"sandbox {sandbox_text(confinement)}",
         f"limits  {config.limits.line()}",
         f"disk    {config.disk.line()}",
         f"usage   {config.usage_dir}",
@@ -233,7 +247,10 @@ async def _serve(config: Config, log: Log, stop: asyncio.Event, hurry: asyncio.E
                 url = await stack.enter_async_context(embedded_relay(config.relay, config.state / RELAY_DIR))
             else:
                 url = config.relay.url
-            for line in startup_lines(config, runner=runner, relay_url=url, catalog=catalog, agent_digest=digest):
+            lines = startup_lines(
+                config, runner=runner, relay_url=url, catalog=catalog, agent_digest=digest, confinement=confinement
+            )
+            for line in lines:
                 log(line)
             liveness = Liveness(probe=config.probe_ms / 1000, renew=config.renew_ms / 1000)
             publisher = await stack.enter_async_context(Publisher(url, secret, probe=liveness.probe, log=log))
