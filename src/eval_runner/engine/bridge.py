@@ -26,11 +26,13 @@ The sandbox must never outlive its run, whatever happens to the runner, so the b
   has no race: a runner that died before the bridge looked is an end of file at once;
 * at the run's deadline plus the grace and a margin (`overdue:SECONDS`, an alarm): the runner stops a
   run at its deadline, so this fires only if the runner could not, and reports `overdue <seconds>`;
+* with `go:FD` it starts the agent only after a byte arrives there: the runner moves it into the run's
+  memory cgroup first, so everything the agent starts is counted there;
 * it is not dumpable (`PR_SET_DUMPABLE 0`): the agent runs as the same uid, so otherwise it could read
   `/proc/1/mem` or ptrace the bridge, which holds none of the agent's limits. (The runner's seccomp
   filter also refuses ptrace and `process_vm_*` to everything in the sandbox.)
 It runs as `python3 -I -S -c <this file> STATUS_FD [limit:NAME=SOFT:HARD]... [door:PORT=SOCKET]...
-[lifeline:FD] [overdue:SECONDS] [owner:PID:START] -- COMMAND...` (`owner` names the runner
+[lifeline:FD] [overdue:SECONDS] [go:FD] [owner:PID:START] -- COMMAND...` (`owner` names the runner
 process, for the sweep of leftovers at the next start), so it must stay a single stdlib-only file that
 imports nothing that loads `enum` (`socket`, `signal`, `threading`, `ctypes` cost ~2-6 ms each at start;
 `_socket`, `_signal`, `_thread`, `_ctypes` cost nothing): the bridge's start-up is on every run's
@@ -71,7 +73,7 @@ def main(argv: list[str]) -> None:
     os.set_inheritable(status_fd, False)
     limits: list[tuple[int, int, int]] = []
     doors: list[tuple[int, str]] = []
-    lifeline = overdue = None
+    lifeline = overdue = go = None
     for option in options[1:]:
         kind, _, value = option.partition(":")
         name, _, setting = value.partition("=")
@@ -84,6 +86,8 @@ def main(argv: list[str]) -> None:
             lifeline = int(value)
         elif kind == "overdue":
             overdue = int(value)
+        elif kind == "go":
+            go = int(value)
         elif kind != "owner":
             raise SystemExit(f"eval-runner bridge: unknown option {option!r}")
     environment = _given_environment()  # before `_guard`: a process that is not dumpable cannot read it
@@ -93,6 +97,8 @@ def main(argv: list[str]) -> None:
     except OSError as exc:
         _report(status_fd, f"broken cannot open a door inside the sandbox: {exc.strerror}")
         os._exit(_BROKEN)
+    if go is not None and not _quietly_read(go):
+        os._exit(_BROKEN)  # the runner went before it let the agent start
     agent = os.fork()
     if agent == 0:
         _exec_agent(command, limits, status_fd, environment)

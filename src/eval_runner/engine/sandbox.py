@@ -32,7 +32,7 @@ Where we differ from the reference's boundary (runner.md §13.5), on purpose:
 * **A memory budget the runner enforces** (`Limits.memory`): the address-space limit refuses
   allocations, but an agent that handles the refusal exits as if nothing happened, and it counts each
   process alone. Where the host gives one, each sandbox's pid 1 is placed in its own memory cgroup before
-  it runs (`--block-fd` holds it; `engine/cgroup.py`), and the budget reads the cgroup's count, the
+  starts the agent (it waits for the runner's word; `engine/cgroup.py`), and the budget reads the cgroup's count, the
   kernel holding a hard ceiling; elsewhere the runner sums resident memory and held memfds
   (`engine/memory_watch.py`). Over the budget the sandbox is stopped as the deadline does (`Stop.MEMORY`,
   `errored(memory_limit)`), and while stopping it may not pass half as much again (`_CEILING`).
@@ -318,28 +318,28 @@ async def run_confined(
         hold(lifeline_w)
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
         cgroup = _cgroup(confinement, launch.limits)
-        block_r = block_w = None
+        go_r = go_w = None
         if cgroup is not None:
             held.callback(cgroup.remove)  # after the sandbox is gone: this block ends only then
-            # bubblewrap holds pid 1 until a byte arrives here: the runner places it in the cgroup first.
-            block_r, block_w = os.pipe2(os.O_CLOEXEC)
-            hold(block_w)
-        pid1 = _Pid1(info_r, cgroup, block_w)
+            # The bridge waits for a byte here before it starts the agent: the runner first moves it into
+            # the cgroup (a v1 move waits for an RCU grace period, ~3 ms, while the bridge starts up).
+            go_r, go_w = os.pipe2(os.O_CLOEXEC)
+        pid1 = _Pid1(info_r, cgroup, go_w)
         held.callback(pid1.close)
         stdout = hold(_open_output(launch.stdout))
         stderr = hold(_open_output(launch.stderr))
         # Descriptors only the sandbox keeps: closed here as soon as it has them.
         with contextlib.ExitStack() as passed_on:
             passed = [status_w, info_w, lifeline_r]
-            if block_r is not None:
-                passed.append(block_r)
+            if go_r is not None:
+                passed.append(go_r)
 
             def close_passed() -> None:
                 for fd in passed:
                     os.close(fd)
 
             passed_on.callback(close_passed)
-            args_fd = _options_file(confinement, launch, info_w, passed, block_r)
+            args_fd = _options_file(confinement, launch, info_w, passed)
             argv = [
                 *_drop(confinement),
                 confinement.bwrap,
@@ -357,6 +357,7 @@ async def run_confined(
                 f"lifeline:{lifeline_r}",
                 f"overdue:{math.ceil(launch.deadline_seconds + grace) + OVERDUE_MARGIN_SECONDS}",
                 f"owner:{owner_mark()}",
+                *([] if go_r is None else [f"go:{go_r}"]),
                 "--",
                 *launch.command,
             ]
@@ -458,7 +459,7 @@ def _kill_group(process: asyncio.subprocess.Process, signum: int) -> bool:
 class _Pid1:
     """The sandbox's pid 1 (the bridge), learnt from bubblewrap's `--info-fd` and held as a pidfd, so
     signals reach the right process and the runner can wait until the PID namespace is gone. With a
-    cgroup, pid 1 is placed in it as soon as it is known, then let go (`--block-fd`); a cgroup that
+    cgroup, pid 1 is moved into it (in a thread) as soon as it is known, then told to go on; a cgroup that
     cannot take it is dropped, and the budget falls back to counting resident memory."""
 
     def __init__(self, info_fd: int, cgroup: RunCgroup | None = None, release_fd: int | None = None) -> None:
@@ -494,15 +495,21 @@ class _Pid1:
                 self.pidfd = os.pidfd_open(pid)
                 self.pid = pid
                 self._exit.register(self.pidfd, select.POLLIN)
-            if self.cgroup is not None:
+        release, self._release = self._release, None
+        if release is not None:  # the thread owns it now: it writes the word and closes it
+            asyncio.get_running_loop().run_in_executor(None, self._place, pid, release)
+
+    def _place(self, pid: object, release: int) -> None:
+        try:
+            if self.cgroup is not None and isinstance(pid, int):
                 try:
                     self.cgroup.place(pid)
                 except OSError:
                     self.cgroup = None
-        if self._release is not None:
             with contextlib.suppress(OSError):
-                os.write(self._release, b"\n")
-            self._release = None
+                os.write(release, b"\n")
+        finally:
+            os.close(release)
 
     def held(self, pid: int) -> int:
         """What the sandbox holds toward its memory budget: its cgroup's count where it has one, else the
@@ -558,6 +565,9 @@ class _Pid1:
     def close(self) -> None:
         self._unwatch()
         os.close(self._info)
+        if self._release is not None:  # never handed over: the bridge then reads an end of file
+            os.close(self._release)
+            self._release = None
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
@@ -617,9 +627,7 @@ def _identity(confinement: Confinement) -> dict[str, Any]:
     return {"user": owner[0], "group": owner[1], "extra_groups": []}
 
 
-def _options_file(
-    confinement: Confinement, launch: Launch, info_fd: int, passed: list[int], block_fd: int | None
-) -> int:
+def _options_file(confinement: Confinement, launch: Launch, info_fd: int, passed: list[int]) -> int:
     """bubblewrap's options in a memfd (`--args FD`): the environment, which holds the run's door token,
     never appears in a command line another host process could read. Every descriptor made here is
     appended to `passed`."""
@@ -654,8 +662,6 @@ def _options_file(
     for writable in launch.writable:
         options += ["--bind", str(writable), str(writable)]
     options += ["--remount-ro", "/", "--chdir", str(launch.cwd), "--info-fd", str(info_fd)]
-    if block_fd is not None:
-        options += ["--block-fd", str(block_fd)]
     for key, value in launch.env:
         options += ["--setenv", key, value]
     args_fd = _memfd(b"".join(option.encode() + b"\0" for option in options))
