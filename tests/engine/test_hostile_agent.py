@@ -7,6 +7,8 @@ root runner, bubblewrap 0.8) and asserts the fix holds, not how.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import shutil
 import subprocess
@@ -14,13 +16,16 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from eval_runner.engine.collect import remove_tree
+from eval_runner.engine.door import DoorProxy
 from eval_runner.engine.leftovers import OWNER_FILE, bridges, mark_owner, sweep
-from eval_runner.engine.run import errored, interpreter_paths
+from eval_runner.engine.run import DoorSetup, errored, interpreter_paths, run_once
 from eval_runner.engine.sandbox import Confinement, Limits, owner_mark
 from tests.engine.sandboxed_runs import (
     BOUND_SECONDS,
@@ -332,4 +337,56 @@ async def test_a_run_over_its_disk_budget_ends_disk_limit_and_leaves_nothing(
         record.workspace.close()
         assert list(temp_root.iterdir()) == []
     finally:
+        remove_tree(home)
+
+
+# --- 8: a door that echoes the key hands nothing to the agent -------------------------------------------
+
+ECHO_ASKER = """#!/usr/bin/python3 -IS
+import base64, os, urllib.request
+request = urllib.request.Request(
+    os.environ["CODER_DOOR_URL"] + "/v1/responses", data=b'{"input": "hello"}', method="POST",
+    headers={"Authorization": "Bearer " + os.environ["CODER_DOOR_KEY"], "Content-Type": "application/json"},
+)
+with urllib.request.urlopen(request, timeout=30) as answer:
+    seen = f"{answer.status}\\n{answer.headers}\\n".encode() + answer.read()
+print(base64.b64encode(seen).decode())  # base64: what the agent saw, past the runner's own scrubbing
+"""
+ECHO_KEY = "sk-echoed-door-key-4d1f9a7c2e8b6035"
+
+
+async def test_a_door_that_echoes_the_key_gives_the_agent_none_of_it(confinement: Confinement, temp_root: Path) -> None:
+    async def echo(request: web.Request) -> web.Response:
+        """STAND-IN door that hands back everything it was sent, the credential included."""
+        headers = dict(request.headers)
+        body = json.dumps({"echo": "door-was-here", "headers": headers, "body": (await request.read()).decode()})
+        return web.Response(
+            text=body,
+            headers={"X-Echo-Authorization": headers.get("Authorization", ""), "Set-Cookie": f"k={ECHO_KEY}"},
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/responses", echo)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    home = make_temp_root()
+    try:
+        port = runner.addresses[0][1]
+        agent = home / "echo-asker"
+        agent.write_text(ECHO_ASKER)
+        agent.chmod(0o755)
+        spec = replace(spec_for(temp_root, "noop"), agent=agent, secrets=(ECHO_KEY,))
+        setup = DoorSetup(coder=partial(DoorProxy, f"http://127.0.0.1:{port}", ECHO_KEY))
+        record = await run_once(spec, confinement=confinement, door=setup, cancel=asyncio.Event())
+        assert record.outcome.word == "completed", record.stderr
+        seen = base64.b64decode(record.stdout.strip())
+        assert b"door-was-here" in seen  # the echo arrived...
+        assert ECHO_KEY.encode() not in seen  # ...without the key, in any header or the body
+        assert base64.b64encode(ECHO_KEY.encode())[:-4] not in seen
+        if record.workspace is not None:
+            record.workspace.close()
+    finally:
+        await runner.cleanup()
         remove_tree(home)
