@@ -64,6 +64,8 @@ _BROKEN = 125
 _NOT_STARTED = 127
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
+#: Signals only the main thread takes (`_start`).
+_QUIET = {_signal.SIGTERM, _signal.SIGALRM}
 
 
 def main(argv: list[str]) -> None:
@@ -105,7 +107,7 @@ def main(argv: list[str]) -> None:
     _signal.signal(_signal.SIGTERM, _forward_term)
     _thread.stack_size(256 * 1024)
     for listener, path in listeners:
-        _thread.start_new_thread(_accept, (listener, path))
+        _start(_accept, (listener, path))
     status = _reap(agent)
     code = os.waitstatus_to_exitcode(status)
     _report(status_fd, f"exit {code}" if code >= 0 else f"signal {-code}")
@@ -129,7 +131,20 @@ def _guard(status_fd: int, lifeline: int | None, overdue: int | None) -> None:
         _signal.signal(_signal.SIGALRM, lambda _signum, _frame: _end_all(status_fd, f"overdue {overdue}"))
         _signal.alarm(overdue)
     if lifeline is not None:
-        _thread.start_new_thread(_watch_lifeline, (lifeline, status_fd))
+        _start(_watch_lifeline, (lifeline, status_fd))
+
+
+def _start(function: object, args: tuple[object, ...]) -> None:
+    """Start a thread that never takes SIGTERM or SIGALRM: the kernel may hand a signal for the process
+    to any thread that does not block it, and a Python handler only runs in the main thread, which then
+    sleeps in `waitpid` until the agent ends; so a SIGTERM a relay thread took was never forwarded and
+    the agent sat out the grace until SIGKILL (about one stop in ten). Threads inherit the creating
+    thread's mask, so the main thread blocks the two while it starts one."""
+    previous = _signal.pthread_sigmask(_signal.SIG_BLOCK, _QUIET)
+    try:
+        _thread.start_new_thread(function, args)  # type: ignore[call-overload]
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, previous)
 
 
 def _prctl() -> _ctypes.CFuncPtr:
