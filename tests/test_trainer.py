@@ -29,7 +29,7 @@ from eval_runner.trainer import (
     suite_draft,
 )
 from tests.service.hosted_service import EXAMPLE, Service, hosted_service
-from tests.service.stand_in_relay import BOUND, local_relay
+from tests.service.stand_in_relay import BOUND, StandInRelay, local_relay
 
 WAIT = 0.05  # how long a trainer waits for a relay's first challenge (LocalRelay challenges later)
 
@@ -229,12 +229,21 @@ async def test_silence_is_named_worker_absent_or_worker_silent(tmp_path: Path) -
 
 
 async def test_a_lost_relay_fails_the_wait_instead_of_passing_for_silence() -> None:
+    """The relay takes the request, then closes the connection: the wait fails, it is not silence. (A scripted
+    relay, which closes when told: LocalRelay's shutdown left the socket open past the wait on a loaded host.)"""
     value, _ = example_run()
-    async with local_relay() as url:
-        trainer = Trainer(url, SecretKey.generate(), nobody())
+    async with StandInRelay(challenge=False) as relay:
+        trainer = Trainer(relay.url, SecretKey.generate(), nobody())
         await trainer.connect()
+        connection = await relay.accept()
         answer = trainer.follow(trainer.request(value))
-        await trainer.send(answer.request)
+        sending = asyncio.ensure_future(trainer.send(answer.request))
+        subscription = await connection.recv_until("REQ")
+        await connection.send(["EOSE", subscription[1]])
+        published = await connection.recv_until("EVENT")
+        await connection.send(["OK", published[1]["id"], True, ""])
+        await sending
+        await connection.close()
     try:
         with pytest.raises(TrainerError, match="lost the relay") as lost:
             await trainer.wait(answer, BOUND)
