@@ -40,19 +40,19 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from eval_runner.engine.catalog import LOCAL_KEY, resolve_extension
-from eval_runner.engine.collect import remove_tree
-from eval_runner.engine.confinement import probe
-from eval_runner.engine.door import DoorProxy
-from eval_runner.engine.door_graders import NO_DOORS
-from eval_runner.engine.graders import RunView, WorkspaceDirectory, grade_run, grades_bytes
-from eval_runner.engine.run import DoorSetup, RunSpec, run_once
-from eval_runner.engine.sandbox import Confinement, Unconfined
-from eval_runner.engine.scores import Arm
-from eval_runner.engine.stand_in_door import StandInDoor
+from eval_runner.engine.grade.graders import RunView, WorkspaceDirectory, grade_run, grades_bytes
+from eval_runner.engine.grade.votes import NO_DOORS
+from eval_runner.engine.run.collect import remove_tree
+from eval_runner.engine.run.confinement import probe
+from eval_runner.engine.run.door_proxy import DoorProxy
+from eval_runner.engine.run.sandbox import Confinement, Unconfined
+from eval_runner.engine.run.trajectory import parse_trajectory
+from eval_runner.engine.run.turn import DoorSetup, RunSpec, run_once
 from eval_runner.engine.suite_run import HOSTED_GRANTS, DoorSettings, SuiteAuthor, SuitePlan, run_suite
-from eval_runner.engine.testset import Operation, Suite, load_suite
-from eval_runner.engine.trajectory import parse_trajectory
+from eval_runner.engine.testset.cases import Operation, Suite, load_suite
+from eval_runner.engine.testset.catalog import LOCAL_KEY, resolve_extension
+from eval_runner.engine.verdict.scores import Arm
+from eval_runner.stand_ins.door import StandInDoor
 
 HERE = Path(__file__).resolve().parent
 NOOP_AGENT = HERE / "stand_in_noop_agent.sh"
@@ -270,12 +270,12 @@ spec = importlib.util.spec_from_file_location("tree_bench", tree / "bench" / "en
 bench = importlib.util.module_from_spec(spec)
 sys.modules["tree_bench"] = bench
 spec.loader.exec_module(bench)
-from eval_runner.engine.confinement import probe
-from eval_runner.engine.door import DoorProxy
-from eval_runner.engine.run import DoorSetup, RunSpec
-from eval_runner.engine.stand_in_door import StandInDoor
-from eval_runner.engine.testset import Operation
-from eval_runner.engine.collect import remove_tree
+from eval_runner.engine.run.confinement import probe
+from eval_runner.engine.run.door_proxy import DoorProxy
+from eval_runner.engine.run.turn import DoorSetup, RunSpec
+from eval_runner.stand_ins.door import StandInDoor
+from eval_runner.engine.testset.cases import Operation
+from eval_runner.engine.run.collect import remove_tree
 async def main():
     root = Path(tempfile.mkdtemp(prefix="er-c-", dir="/tmp")).resolve()
     os.chmod(root, 0o755)

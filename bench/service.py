@@ -55,18 +55,18 @@ from eval_runner.contracts.errors import Code
 from eval_runner.contracts.execution import EXECUTION_SCHEMA, ExecuteBody
 from eval_runner.contracts.hosted import RunInput, request_tags
 from eval_runner.contracts.strict_json import JsonValue, canonical
-from eval_runner.engine.catalog import Catalog
+from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import ClientEvent, Event, PublicKey, SecretKey, conversation_key, decrypt, encode, encrypt, sign
-from eval_runner.service.admission import RunPlan
 from eval_runner.service.config import Config
-from eval_runner.service.ledger import Ledger, ledger_path
-from eval_runner.service.liveness import SUBSCRIBED, Liveness
-from eval_runner.service.notify import Notifier
-from eval_runner.service.pipeline import Pipeline, Progress, SuiteError, SuiteResult
-from eval_runner.service.publisher import Publisher
+from eval_runner.service.ledger.store import Ledger, ledger_path
+from eval_runner.service.relay.liveness import SUBSCRIBED, Liveness
+from eval_runner.service.relay.notify import Notifier
+from eval_runner.service.relay.publisher import Publisher
+from eval_runner.service.requests.admission import RunPlan
+from eval_runner.service.requests.pipeline import Pipeline, Progress, SuiteError, SuiteResult
 from eval_runner.service.serve import _listen as serve_listen
 from eval_runner.service.usage import read as read_usage
-from eval_runner.trainer_request import build_request, extension_tool, run_input, suite_draft
+from eval_runner.trainer.requests import build_request, extension_tool, run_input, suite_draft
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "codebase-brief"
 REQUEST_KIND, RESULT_KIND, FEEDBACK_KIND, ECHO_KIND = 25_920, 26_920, 27_020, 20_001

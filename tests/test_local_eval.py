@@ -1,6 +1,6 @@
 """`eval run`'s logic (`local_eval`): what is checked before anything runs, the local identity, the door and
 agent it picks, a host that cannot confine, the temp root it makes and removes, and a stopped suite.
-Runs use real bubblewrap; the command line itself is tested in tests/test_cli.py."""
+Runs use real bubblewrap; the command line itself is tested in tests/cli/test_main.py."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from eval_runner.contracts.report import Report
-from eval_runner.engine.catalog import LOCAL_KEY, resolve_extension
-from eval_runner.engine.collect import remove_tree
+from eval_runner.engine.run.collect import remove_tree
 from eval_runner.engine.suite_run import DoorSettings, ProgressEvent
+from eval_runner.engine.testset.catalog import LOCAL_KEY, resolve_extension
 from eval_runner.local_eval import (
     DEFAULT_KEY_ENV,
     MAX_TEMP_ROOT_BYTES,
@@ -31,8 +31,8 @@ from eval_runner.local_eval import (
     run_blocking,
     run_local,
 )
+from tests.support.paths import EXAMPLE
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "codebase-brief"
 KEY = "local-eval-test-door-key-5c1e"
 
 

@@ -24,20 +24,20 @@ from pathlib import Path
 
 from rich.console import Console
 
-import eval_runner.engine
-from eval_runner.engine.collect import remove_tree
-from eval_runner.engine.stand_in_door import StandInDoor
+from eval_runner import stand_ins
+from eval_runner.cli.trainer import RunView, show_run
+from eval_runner.engine.run.collect import remove_tree
 from eval_runner.nostr import SecretKey
 from eval_runner.service.config import Config, ConfigError
 from eval_runner.service.keyfile import load_key
-from eval_runner.service.liveness import SUBSCRIBED
+from eval_runner.service.relay.liveness import SUBSCRIBED
 from eval_runner.service.serve import ServeError, serve
-from eval_runner.trainer import Trainer, TrainerError
-from eval_runner.trainer_cli import RunView, show_run
-from eval_runner.trainer_request import extension_tool, run_input, suite_draft
+from eval_runner.stand_ins.door import StandInDoor
+from eval_runner.trainer.client import Trainer, TrainerError
+from eval_runner.trainer.requests import extension_tool, run_input, suite_draft
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "codebase-brief"
-AGENT = Path(eval_runner.engine.__file__).with_name("stand_in_agent.py")
+AGENT = stand_ins.AGENT
 RUNS = 3
 START_SECONDS = 60.0
 RUN_SECONDS = 600.0

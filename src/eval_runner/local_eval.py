@@ -2,7 +2,7 @@
 
 The hosted runner and a local run share `engine.suite_run.run_suite`; what differs is who the run is by
 and which door and agent it uses, and those choices live here so the command line stays parsing and
-printing (`cli.py`, `console.py`).
+printing (`cli/main.py`, `cli/render.py`).
 
 Local identity. A local run is not a hosted result and signs nothing, so it is by the *local key*:
 * suite author: the tool's own definition author (`tool.definition.author`: the package's publisher
@@ -21,7 +21,7 @@ from every kept file by the engine, and is never printed. Judge graders ask the 
 configured".
 
 Agent. `--agent PATH`, else `$EVAL_RUNNER_CODER`, else the stand-in agent shipped with the engine
-(`engine/stand_in_agent.py`, which does no reasoning), and the command says which.
+(`stand_ins/agent.py`, which does no reasoning), and the command says which.
 
 The test set is the extension's `evals/` directory (runner.md "Case/test-set file format"; `release`
 publishes the same directory), whatever the package's optional `eval_dir` says, so a local result and a
@@ -50,18 +50,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from eval_runner import engine
-from eval_runner.engine.catalog import LOCAL_KEY, PACKAGE_FILE, CatalogError, Tool, resolve_extension
-from eval_runner.engine.collect import remove_tree
-from eval_runner.engine.confinement import probe
-from eval_runner.engine.door_graders import Doors
-from eval_runner.engine.frontmatter import TestSetError
-from eval_runner.engine.grading_doors import OpenResponsesJudge
-from eval_runner.engine.leftovers import mark_owner, sweep
-from eval_runner.engine.report_build import ReportError
-from eval_runner.engine.results_dir import ResultsError
-from eval_runner.engine.sandbox import SANDBOX_UID, Unconfined
-from eval_runner.engine.stand_in_door import StandInDoor
+from eval_runner import stand_ins
+from eval_runner.engine.grade.doors import OpenResponsesJudge
+from eval_runner.engine.grade.votes import Doors
+from eval_runner.engine.report.build import ReportError
+from eval_runner.engine.report.results_dir import ResultsError
+from eval_runner.engine.run.collect import remove_tree
+from eval_runner.engine.run.confinement import probe
+from eval_runner.engine.run.leftovers import mark_owner, sweep
+from eval_runner.engine.run.sandbox import SANDBOX_UID, Unconfined
 from eval_runner.engine.suite_run import (
     DoorSettings,
     ProgressCallback,
@@ -71,7 +68,10 @@ from eval_runner.engine.suite_run import (
     plan_attempts,
     run_suite,
 )
-from eval_runner.engine.testset import Suite, load_suite
+from eval_runner.engine.testset.cases import Suite, load_suite
+from eval_runner.engine.testset.catalog import LOCAL_KEY, PACKAGE_FILE, CatalogError, Tool, resolve_extension
+from eval_runner.engine.testset.frontmatter import TestSetError
+from eval_runner.stand_ins.door import StandInDoor
 
 #: Where the test set lives in an extension directory.
 EVALS_DIR = "evals"
@@ -85,7 +85,7 @@ CONCURRENCY_RANGE = (1, 8)
 COMPONENT = "suite"
 #: The longest temp root whose door sockets fit: `<root>/oa-eval-XXXXXXXX/door/decision` ≤ 107 bytes.
 MAX_TEMP_ROOT_BYTES = 107 - len("/oa-eval-XXXXXXXX/door/decision")
-STAND_IN_AGENT = Path(engine.__file__).with_name("stand_in_agent.py")
+STAND_IN_AGENT = stand_ins.AGENT
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _T = TypeVar("_T")
 

@@ -19,7 +19,7 @@ from eval_runner.contracts.errors import Code, ContractError
 from eval_runner.contracts.ext_eval import CaseKind
 from eval_runner.contracts.refs import ArtifactRef
 from eval_runner.contracts.strict_json import JsonValue, canonical, digest_bytes
-from tests.contracts.reference_files import load, names, raw
+from tests.support.reference_files import load, names, raw
 
 VALID = "eval-ext/eval-case/valid"
 INVALID = "eval-ext/eval-case/invalid"

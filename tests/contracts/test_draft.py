@@ -19,8 +19,9 @@ from eval_runner.contracts.draft import (
 )
 from eval_runner.contracts.errors import Code, ContractError
 from eval_runner.contracts.strict_json import canonical, digest_bytes, read
+from tests.support.paths import TESTS
 
-FIXTURES = Path(__file__).parent.parent / "vectors" / "reference" / "eval-ext" / "eval-draft"
+FIXTURES = TESTS / "vectors" / "reference" / "eval-ext" / "eval-draft"
 VALID = sorted((FIXTURES / "valid").glob("*.json"))
 INVALID = sorted((FIXTURES / "invalid").glob("*.json"))
 T = "c5d77c5216669e9a39902f875d11224a4576a3b5f8f09c72e8c8771f839cc971"

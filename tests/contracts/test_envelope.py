@@ -22,7 +22,7 @@ from eval_runner.contracts.errors import Code, ContractError
 from eval_runner.contracts.refs import ArtifactRef
 from eval_runner.contracts.report import REPORT_SCHEMA, report_ref
 from eval_runner.contracts.strict_json import canonical, read
-from tests.contracts.sample_reports import AT, hex_of, report
+from tests.support.sample_reports import AT, hex_of, report
 
 T = hex_of("trainer")
 MAILBOX = hex_of("mailbox")

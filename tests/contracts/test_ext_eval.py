@@ -17,7 +17,7 @@ from eval_runner.contracts.ext_eval import (
     Reliance,
 )
 from eval_runner.contracts.strict_json import JsonValue, canonical
-from tests.contracts.reference_files import load, names
+from tests.support.reference_files import load, names
 
 VALID = "eval-ext/ext-eval/valid"
 INVALID = "eval-ext/ext-eval/invalid"

@@ -30,7 +30,7 @@ from eval_runner.contracts.report import MAX_REPORT_BYTES, Report, report_ref
 from eval_runner.contracts.strict_json import JsonValue, canonical, digest_bytes, read
 from eval_runner.nostr.event import Event, sign
 from eval_runner.nostr.keys import SecretKey
-from tests.contracts.sample_reports import AT, Spec, hex_of, report
+from tests.support.sample_reports import AT, Spec, hex_of, report
 
 
 def key(label: str) -> SecretKey:

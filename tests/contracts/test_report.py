@@ -20,7 +20,7 @@ from eval_runner.contracts.report import (
     report_ref,
 )
 from eval_runner.contracts.strict_json import JsonValue, canonical, digest_bytes, read
-from tests.contracts.sample_reports import Spec, hex_of, report
+from tests.support.sample_reports import Spec, hex_of, report
 
 
 def test_a_full_report_round_trips_and_its_digest_verifies() -> None:

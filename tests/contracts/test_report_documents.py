@@ -24,7 +24,7 @@ from eval_runner.contracts.report_documents import (
     RunsDocument,
 )
 from eval_runner.contracts.strict_json import canonical, digest_bytes, read
-from tests.contracts.sample_reports import blob, hex_of
+from tests.support.sample_reports import blob, hex_of
 
 
 def test_partition_bytes_are_the_engines_pretty_json() -> None:

@@ -32,8 +32,8 @@ from eval_runner.contracts.suite import (
 )
 from eval_runner.nostr.event import Event, sign
 from eval_runner.nostr.keys import SecretKey
-from tests.contracts.reference_files import load, raw
-from tests.contracts.sample_reports import blob
+from tests.support.reference_files import load, raw
+from tests.support.sample_reports import blob
 
 ROOT = SecretKey(hashlib.sha256(b"suite-author").digest())
 AUTHOR = ROOT.public_key().to_hex()

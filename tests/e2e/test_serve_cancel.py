@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from eval_runner.contracts.answers import CancelResult
-from eval_runner.engine.stand_in_door import StandInDoor
 from eval_runner.nostr import SecretKey
-from tests.e2e.serve_process import DOOR_KEY, free_port, runner_env, serving
+from eval_runner.stand_ins.door import StandInDoor
 from tests.e2e.test_serve_restart import stalled
-from tests.engine.sandboxed_runs import fresh_temp_root, host_confinement
-from tests.service.trainer_side import Trainer
+from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
+from tests.support.serve_process import DOOR_KEY, free_port, runner_env, serving
+from tests.support.trainer_side import Trainer
 
 
 @pytest.fixture

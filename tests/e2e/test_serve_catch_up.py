@@ -2,7 +2,7 @@
 had already run, delivered again by the same catch-up, is not run again.
 
 The relay is external here (`EVAL_RUNNER_RELAY`), one that keeps ephemeral events
-(`tests.e2e.stand_in_storing_relay`): with a relay that keeps none, nothing published in the gap could
+(`tests.support.stand_in_storing_relay`): with a relay that keeps none, nothing published in the gap could
 be delivered at all. The trainer stays connected and subscribed across the runner's stop and start.
 """
 
@@ -14,15 +14,16 @@ from pathlib import Path
 import pytest
 
 from eval_runner.contracts.strict_json import JsonValue
-from eval_runner.engine.catalog import Catalog
-from eval_runner.engine.stand_in_door import StandInDoor
+from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import SecretKey
-from eval_runner.service.claims import key_name, key_of
-from eval_runner.service.liveness import REQUEST_WINDOW
-from tests.e2e.serve_process import DOOR_KEY, EXAMPLE, runner_env, serving
-from tests.e2e.stand_in_storing_relay import StandInStoringRelay
-from tests.engine.sandboxed_runs import fresh_temp_root, host_confinement
-from tests.service.trainer_side import Trainer, catalog_tool, draft, example_case, run_input
+from eval_runner.service.ledger.claims import key_name, key_of
+from eval_runner.service.relay.liveness import REQUEST_WINDOW
+from eval_runner.stand_ins.door import StandInDoor
+from tests.support.paths import EXAMPLE
+from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
+from tests.support.serve_process import DOOR_KEY, runner_env, serving
+from tests.support.stand_in_storing_relay import StandInStoringRelay
+from tests.support.trainer_side import Trainer, catalog_tool, draft, example_case, run_input
 
 
 @pytest.fixture

@@ -21,13 +21,14 @@ import pytest
 
 from eval_runner.contracts.outputs import RunOutput
 from eval_runner.contracts.strict_json import JsonValue
-from eval_runner.engine.catalog import Catalog
-from eval_runner.engine.stand_in_door import StandInDoor
+from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import Filter, SecretKey
-from eval_runner.service.relay import RelayClient
-from tests.e2e.serve_process import DOOR_KEY, EXAMPLE, runner_env, serving
-from tests.engine.sandboxed_runs import fresh_temp_root, host_confinement
-from tests.service.trainer_side import Trainer, catalog_tool, draft, example_case, run_input
+from eval_runner.service.relay.connection import RelayClient
+from eval_runner.stand_ins.door import StandInDoor
+from tests.support.paths import EXAMPLE
+from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
+from tests.support.serve_process import DOOR_KEY, runner_env, serving
+from tests.support.trainer_side import Trainer, catalog_tool, draft, example_case, run_input
 
 TYPESAFE_KEY = "typesafe-key-e2e-never-kept-90c2e4"
 OPENROUTER_KEY = "openrouter-key-e2e-never-kept-7b15aa"

@@ -21,15 +21,16 @@ import pytest
 from eval_runner.contracts.execution import ExecuteBody
 from eval_runner.contracts.outputs import RunOutput
 from eval_runner.contracts.strict_json import JsonValue
-from eval_runner.engine.catalog import Catalog
-from eval_runner.engine.leftovers import bridges
-from eval_runner.engine.stand_in_door import StandInDoor
+from eval_runner.engine.run.leftovers import bridges
+from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import Event, SecretKey
-from eval_runner.service.claims import key_name, key_of
+from eval_runner.service.ledger.claims import key_name, key_of
 from eval_runner.service.serve import STOPPED, STOPPING
-from tests.e2e.serve_process import DOOR_KEY, EXAMPLE, ServeProcess, free_port, runner_env, serving
-from tests.engine.sandboxed_runs import BOUND_SECONDS, ends_within, fresh_temp_root, host_confinement
-from tests.service.trainer_side import Trainer, asking_case, catalog_tool, draft, example_case, run_input
+from eval_runner.stand_ins.door import StandInDoor
+from tests.support.paths import EXAMPLE
+from tests.support.sandboxed_runs import BOUND_SECONDS, ends_within, fresh_temp_root, host_confinement
+from tests.support.serve_process import DOOR_KEY, ServeProcess, free_port, runner_env, serving
+from tests.support.trainer_side import Trainer, asking_case, catalog_tool, draft, example_case, run_input
 
 STALLS = """+++
 v = "openagents.eval-case.v1"

@@ -4,14 +4,14 @@ hosted runner, and its graders say what the stand-in agent and door make of each
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from eval_runner.engine.catalog import LOCAL_KEY, Catalog, resolve_extension
-from eval_runner.engine.grader_spec import FocusKind, OperationUsedGrader, RegexGrader
-from eval_runner.engine.suite_documents import suite_documents
-from eval_runner.engine.testset import Case, CaseKind, Operation, load_suite
+from eval_runner.engine.grade.spec import FocusKind, OperationUsedGrader, RegexGrader
+from eval_runner.engine.testset.cases import Case, CaseKind, Operation, load_suite
+from eval_runner.engine.testset.catalog import LOCAL_KEY, Catalog, resolve_extension
+from eval_runner.engine.testset.documents import suite_documents
+from tests.support.paths import EXAMPLE
 
-ROOT = Path(__file__).resolve().parents[2] / "examples" / "codebase-brief"
+ROOT = EXAMPLE
 GUEST_ID = "a" * 64 + ":openagents/repo-map"
 GUEST_DIGEST = "sha256:0f788d7adacbe189aed5c8be9aa96a13e2568074f3db213d708c5ac7254a1536"
 # The stand-in door's answers (runner.md §21): with the skill, without it, and for anything else.

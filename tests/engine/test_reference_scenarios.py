@@ -28,17 +28,13 @@ from typing import Any
 
 import pytest
 
-import eval_runner.engine
+from eval_runner import stand_ins
 from eval_runner.contracts.refs import ArtifactRef, DefinitionRef
 from eval_runner.contracts.report_statistics import META_KEY as STATISTICS_KEY
 from eval_runner.contracts.strict_json import read
-from eval_runner.engine.catalog import Program, Skill, Subject
-from eval_runner.engine.door_graders import DecisionAnswer, Doors, NoulAnswer
-from eval_runner.engine.grader_spec import DecisionQuestion
-from eval_runner.engine.sandbox import Confinement
-from eval_runner.engine.scores import Arm
-from eval_runner.engine.stand_in_door import Script, ScriptedAnswers, StandInDoor
-from eval_runner.engine.suite_documents import suite_documents
+from eval_runner.engine.grade.spec import DecisionQuestion
+from eval_runner.engine.grade.votes import DecisionAnswer, Doors, NoulAnswer
+from eval_runner.engine.run.sandbox import Confinement
 from eval_runner.engine.suite_run import (
     DoorSettings,
     SuiteAuthor,
@@ -49,13 +45,18 @@ from eval_runner.engine.suite_run import (
     gate_file,
     plan_attempts,
 )
-from eval_runner.engine.testset import Suite, load_suite
-from tests.engine.sandboxed_runs import fresh_temp_root, host_confinement
+from eval_runner.engine.testset.cases import Suite, load_suite
+from eval_runner.engine.testset.catalog import Program, Skill, Subject
+from eval_runner.engine.testset.documents import suite_documents
+from eval_runner.engine.verdict.scores import Arm
+from eval_runner.stand_ins.door import Script, ScriptedAnswers, StandInDoor
+from tests.support.paths import TESTS
 from tests.support.reference_validator import validate
+from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
 
-VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "reference" / "ext-eval-scenarios"
+VECTORS = TESTS / "vectors" / "reference" / "ext-eval-scenarios"
 SCENARIOS = ("better", "inconclusive-spread", "partial", "runs-1", "worse-fewer", "worse-should-not-fire")
-AGENT = Path(eval_runner.engine.__file__).with_name("stand_in_agent.py")
+AGENT = stand_ins.AGENT
 #: The reference test's identity (`tests/common/mod.rs`).
 AUTHOR = "5be6446aef0a9a6b1f2c3d4e5f6071829a4b5c6d7e8f90112233445566778899"
 EVALUATOR = "0b1c2d3e4f506172894a5b6c7d8e9f00112233445566778899aabbccddeeff00"

@@ -15,14 +15,12 @@ from pathlib import Path
 
 import pytest
 
-import eval_runner.engine
+from eval_runner import stand_ins
 from eval_runner.contracts.report import Report
 from eval_runner.contracts.report_statistics import Statistics
 from eval_runner.contracts.strict_json import read
-from eval_runner.engine.catalog import Tool, resolve_extension
-from eval_runner.engine.confinement import probe
-from eval_runner.engine.sandbox import Confinement, Unconfined
-from eval_runner.engine.stand_in_door import StandInDoor
+from eval_runner.engine.run.confinement import probe
+from eval_runner.engine.run.sandbox import Confinement, Unconfined
 from eval_runner.engine.suite_run import (
     DoorSettings,
     Finished,
@@ -33,12 +31,14 @@ from eval_runner.engine.suite_run import (
     plan_attempts,
     run_suite,
 )
-from eval_runner.engine.testset import load_suite
-from tests.engine.results_walk import verify_every_ref
-from tests.engine.sandboxed_runs import fresh_temp_root, host_confinement
+from eval_runner.engine.testset.cases import load_suite
+from eval_runner.engine.testset.catalog import Tool, resolve_extension
+from eval_runner.stand_ins.door import StandInDoor
+from tests.support.paths import EXAMPLE
+from tests.support.results_walk import verify_every_ref
+from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "codebase-brief"
-AGENT = Path(eval_runner.engine.__file__).with_name("stand_in_agent.py")
+AGENT = stand_ins.AGENT
 DOOR_KEY = "door-key-that-must-never-be-kept-7f3a9c"
 
 

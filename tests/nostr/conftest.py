@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from eval_runner.nostr import SecretKey
+from tests.support.paths import TESTS
 
-VECTORS = Path(__file__).resolve().parent.parent / "vectors"
+VECTORS = TESTS / "vectors"
 
 
 def load_vectors(name: str) -> Any:

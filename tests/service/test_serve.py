@@ -26,23 +26,23 @@ import pytest
 import eval_runner.service.check as check_module
 import eval_runner.service.serve as serve_module
 from eval_runner.contracts.hosted import RUNNER
-from eval_runner.engine.catalog import Catalog
-from eval_runner.engine.sandbox import Unconfined
+from eval_runner.engine.run.sandbox import Unconfined
+from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import SecretKey
 from eval_runner.service.config import Config
-from eval_runner.service.ledger import Claim, Ledger, ledger_path
+from eval_runner.service.ledger.store import Claim, Ledger, ledger_path
 from eval_runner.service.serve import ServeError, sandbox_text
-from tests.e2e.serve_process import (
+from tests.support.paths import EXAMPLE
+from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
+from tests.support.serve_process import (
     AGENT,
     BOUND,
-    EXAMPLE,
     SUBSCRIBED,
     ServeProcess,
     runner_env,
     serving,
 )
-from tests.engine.sandboxed_runs import fresh_temp_root, host_confinement
-from tests.service.trainer_side import Trainer, catalog_tool, draft, run_input
+from tests.support.trainer_side import Trainer, catalog_tool, draft, run_input
 
 NO_DOOR = "http://127.0.0.1:9"
 

@@ -16,11 +16,11 @@ import asyncio
 import sys
 from pathlib import Path
 
-from eval_runner.engine.confinement import probe
-from eval_runner.engine.leftovers import bridges
-from eval_runner.engine.sandbox import Unconfined, owner_mark
-from tests.engine.sandboxed_runs import run_act, spec_for
-from tests.engine.stand_in_door_proxy import StandInDoors
+from eval_runner.engine.run.confinement import probe
+from eval_runner.engine.run.leftovers import bridges
+from eval_runner.engine.run.sandbox import Unconfined, owner_mark
+from tests.support.sandboxed_runs import run_act, spec_for
+from tests.support.stand_in_door_proxy import StandInDoors
 
 
 async def main(temp_root: Path) -> int:

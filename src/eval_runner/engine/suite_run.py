@@ -2,13 +2,13 @@
 
 This is the engine's one entry point (runner.md §13.2–13.3): for each case in suite order, the subject arm's
 attempts 1..runs, then the baseline arm's unless the case is subject-only. Each attempt is one sandboxed
-agent turn (`engine/run.py`), graded at once (`engine/graders.py`) so its workspace can go; results are
+agent turn (`engine/run/turn.py`), graded at once (`engine/grade/graders.py`) so its workspace can go; results are
 kept in plan order whatever order they finish in. `Started`/`Finished` go to a callback (the service
 streams them as progress). A cancelled suite records the attempts it had not started as `cancelled` and is
 graded with no doors (§13.6). `run_suite` is `execute` (the planned attempts, run and graded) then
 `evaluate` (scored against the plan, a planned attempt without a record reported `unknown`), as the
 reference's `run::execute` and `run::evaluate_runs` are. The report and results directory come from
-`engine/report_build.py` and `engine/results_dir.py`.
+`engine/report/build.py` and `engine/report/results_dir.py`.
 """
 
 from __future__ import annotations
@@ -25,11 +25,7 @@ from pathlib import Path
 from eval_runner.contracts.refs import EventRef
 from eval_runner.contracts.report_documents import AgentPin, Question
 from eval_runner.contracts.strict_json import digest_bytes
-from eval_runner.engine.catalog import Subject
-from eval_runner.engine.door import DoorProxy
-from eval_runner.engine.door_graders import NO_DOORS, Doors
-from eval_runner.engine.grader_patterns import PatternRunner
-from eval_runner.engine.graders import (
+from eval_runner.engine.grade.graders import (
     NOT_GRADED,
     RunGrades,
     RunView,
@@ -38,14 +34,18 @@ from eval_runner.engine.graders import (
     grades_bytes,
     receipt_limitation,
 )
-from eval_runner.engine.report_build import BuiltReport, build_report
-from eval_runner.engine.report_inputs import Attempt, ReportInputs, RunEnd, RunSetup
-from eval_runner.engine.results_dir import suite_files, write_results
-from eval_runner.engine.run import DoorSetup, RunRecord, RunSpec, run_once
-from eval_runner.engine.sandbox import Confinement, Limits, Unconfined
-from eval_runner.engine.scores import Arm
-from eval_runner.engine.testset import Case, Operation, Suite
-from eval_runner.engine.trajectory import Trajectory, TrajectoryError, parse_trajectory
+from eval_runner.engine.grade.patterns import PatternRunner
+from eval_runner.engine.grade.votes import NO_DOORS, Doors
+from eval_runner.engine.report.build import BuiltReport, build_report
+from eval_runner.engine.report.inputs import Attempt, ReportInputs, RunEnd, RunSetup
+from eval_runner.engine.report.results_dir import suite_files, write_results
+from eval_runner.engine.run.door_proxy import DoorProxy
+from eval_runner.engine.run.sandbox import Confinement, Limits, Unconfined
+from eval_runner.engine.run.trajectory import Trajectory, TrajectoryError, parse_trajectory
+from eval_runner.engine.run.turn import DoorSetup, RunRecord, RunSpec, run_once
+from eval_runner.engine.testset.cases import Case, Operation, Suite
+from eval_runner.engine.testset.catalog import Subject
+from eval_runner.engine.verdict.scores import Arm
 
 #: The operator grants of a hosted runner: read and sandbox write, never exec or network.
 HOSTED_GRANTS = frozenset({Operation.READ, Operation.WRITE})

@@ -36,9 +36,9 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from eval_runner.contracts.hosted import RUNNER
-from eval_runner.engine.catalog import Catalog
-from eval_runner.engine.confinement import probe
-from eval_runner.engine.sandbox import Confinement, Unconfined
+from eval_runner.engine.run.confinement import probe
+from eval_runner.engine.run.sandbox import Confinement, Unconfined
+from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.service.config import Config, ConfigError, EmbeddedRelay
 from eval_runner.service.keyfile import KeyFileError, load_key
 from eval_runner.service.serve import ServeError, agent_digest, load_catalog, sandbox_text

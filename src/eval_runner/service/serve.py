@@ -43,20 +43,20 @@ from typing import Final, TextIO
 import nostr_sdk as sdk
 
 from eval_runner.contracts.strict_json import digest_bytes
-from eval_runner.engine.catalog import Catalog, CatalogError
-from eval_runner.engine.confinement import probe
-from eval_runner.engine.leftovers import sweep
-from eval_runner.engine.sandbox import Confinement, Unconfined
+from eval_runner.engine.run.confinement import probe
+from eval_runner.engine.run.leftovers import sweep
+from eval_runner.engine.run.sandbox import Confinement, Unconfined
+from eval_runner.engine.testset.catalog import Catalog, CatalogError
 from eval_runner.nostr import Event, SecretKey
-from eval_runner.service.claims import LedgerError
 from eval_runner.service.config import Config, ConfigError, EmbeddedRelay, os_error_text
-from eval_runner.service.engine_runner import EngineSuiteRunner, QuestionsError, load_questions
 from eval_runner.service.keyfile import KeyFileError, ensure_key, load_key
-from eval_runner.service.ledger import Ledger, ledger_path
-from eval_runner.service.liveness import Liveness, RelayListener, catch_up_since, seconds_text
-from eval_runner.service.notify import Notifier
-from eval_runner.service.pipeline import Pipeline
-from eval_runner.service.publisher import Publisher
+from eval_runner.service.ledger.claims import LedgerError
+from eval_runner.service.ledger.store import Ledger, ledger_path
+from eval_runner.service.relay.liveness import Liveness, RelayListener, catch_up_since, seconds_text
+from eval_runner.service.relay.notify import Notifier
+from eval_runner.service.relay.publisher import Publisher
+from eval_runner.service.requests.engine_suites import EngineSuiteRunner, QuestionsError, load_questions
+from eval_runner.service.requests.pipeline import Pipeline
 
 RELAY_DIR: Final = "relay"
 #: The embedded relay's limits: REQs per connection, and events a minute per connection.

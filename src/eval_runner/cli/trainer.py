@@ -1,0 +1,568 @@
+"""`eval-runner trainer`: ask a runner over a relay whether an extension helps, from a terminal or a script.
+
+`trainer run` builds the request (`--subject DEFREF` or `--extension DIR`, with `--draft FILE` or `--suite
+DIR`; `--extension` alone sends the extension's own `evals/`), sends it and shows the runner's answers as
+they are bound: a live progress bar from the progress notes, then the verdict table from the sealed
+report. `trainer status ID` and `trainer cancel ID` send controls for a run sent earlier; `trainer run
+--retransmit ID` re-signs the same body (the runner answers it from its ledger, never running it twice).
+
+Controls and retransmissions need the request's body, and job events are ephemeral (no relay keeps
+them), so every request sent is kept as a record (`trainer_request.Request.to_json`, no key material)
+in `--requests DIR` (default `$EVAL_RUNNER_TRAINER_DIR`, else `$XDG_STATE_HOME/eval-runner/trainer`,
+else `~/.local/state/eval-runner/trainer`), one `<request id>.json` each, written before the request is
+published. `ID` is the request id or the id of any event that carried it.
+
+`--json` prints one JSON object on stdout when the command ends and draws nothing: for `run`, the
+request and event ids, the outcome, the result body as bound, headline, verdict (and its words), notes,
+report ref, sealed id, per-case rows from the report, the contiguous `progress` notes as an array, any
+conflicting results and the warnings; for `status` and `cancel`, the control's answer (and for a cancel
+the run's own result once it came). Warnings also go to stderr as plain lines. When the trainer could not
+ask at all (the relay, an input file, a key) the object is `{"error": <code>, "message": <why>}`, with the
+`request` id once there was one (`--retransmit` it).
+
+Exit codes: 0 for a completed run (whatever the verdict) whose sealed report opened and checked, an
+answered status, an acknowledged cancel; 1 for a refusal, a failed, cancelled or unknown run, no answer
+within `--timeout` (`worker_absent`: nothing heard; `worker_silent`: heard, then nothing), a relay or
+input file that failed, or a report that does not check; 64 when the command line itself is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, NoReturn, TypeAlias
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from eval_runner.contracts.answers import AcceptedBody, Answer, CancelResult, ProgressBody, ResultBody, StatusResult
+from eval_runner.contracts.hosted import RUNNER, RunInput
+from eval_runner.contracts.strict_json import JsonValue, read
+from eval_runner.nostr import KeyFormatError, PublicKey, SecretKey
+from eval_runner.service.keyfile import KeyFileError, ensure_key, load_key
+from eval_runner.trainer.client import (
+    CANCEL_REASON,
+    VERDICT_WORDS,
+    WAIT_SECONDS,
+    ArmRuns,
+    CaseRow,
+    Request,
+    RunAnswer,
+    Trainer,
+    TrainerError,
+    extension_tool,
+    read_draft,
+    run_input,
+    subject_ref,
+    suite_draft,
+)
+
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+USAGE: Final = 64
+DEFAULT_RELAY: Final = "ws://127.0.0.1:7447"
+RELAY_ENV: Final = "EVAL_RUNNER_RELAY"
+RUNNER_ENV: Final = "EVAL_RUNNER_PUBKEY"
+REQUESTS_ENV: Final = "EVAL_RUNNER_TRAINER_DIR"
+CONTROL_SECONDS: Final = 60.0
+MAX_RUNS: Final = 3
+
+
+class UsageError(Exception):
+    """The command line is wrong (exit 64)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """A trainer subcommand's parser: a wrong command line exits 64 (EX_USAGE), as the issue asks."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(USAGE, f"{self.prog}: error: {message}\n")
+
+
+def register(commands: Commands) -> None:
+    """Add `trainer run|status|cancel` to the `eval-runner` subcommands (each sets `handler`)."""
+    group = commands.add_parser(
+        "trainer",
+        help="ask a runner over a relay whether an extension helps",
+        description="Send runs to a hosted eval runner, follow them, stop them.",
+    )
+    group.set_defaults(handler=lambda _: _print_help(group))
+    actions = group.add_subparsers(title="trainer commands", metavar="ACTION", parser_class=_Parser)
+    run = actions.add_parser(
+        "run",
+        help="send a run and show its progress and verdict",
+        description=(
+            "Send a run of a test set against a tool and wait for the verdict. Exits 0 on a completed run, "
+            "whatever the verdict; 1 on a refusal, a failed or cancelled run, or no answer in time."
+        ),
+    )
+    subject = run.add_mutually_exclusive_group()
+    subject.add_argument("--subject", metavar="DEFREF", help="the catalog tool's DefinitionRef (JSON, or a file)")
+    alone = "the extension directory; alone, its evals/ are sent"
+    subject.add_argument("--extension", metavar="DIR", type=Path, help=alone)
+    tests = run.add_mutually_exclusive_group()
+    tests.add_argument("--draft", metavar="FILE", type=Path, help="an openagents.eval-draft.v1 file")
+    tests.add_argument("--suite", metavar="DIR", type=Path, help="a local evals/ directory, sent as a draft")
+    run.add_argument("--runs", metavar="N", type=_runs, default=1, help="runs per arm, 1..3 (default 1)")
+    run.add_argument("--retransmit", metavar="ID", help="re-sign and resend a request sent earlier, unchanged")
+    _common(run, WAIT_SECONDS)
+    run.set_defaults(handler=_handler(_run))
+    status = actions.add_parser("status", help="ask where a run stands", description="Ask where a run stands.")
+    status.add_argument("id", metavar="ID", help="the request id, or the id of an event that carried it")
+    _common(status, CONTROL_SECONDS)
+    status.set_defaults(handler=_handler(_status))
+    cancel = actions.add_parser("cancel", help="stop a run", description="Ask the runner to stop a run.")
+    cancel.add_argument("id", metavar="ID", help="the request id, or the id of an event that carried it")
+    cancel.add_argument("--reason", default=CANCEL_REASON, help="why, for the runner's records")
+    _common(cancel, CONTROL_SECONDS)
+    cancel.set_defaults(handler=_handler(_cancel))
+
+
+def _common(parser: argparse.ArgumentParser, timeout: float) -> None:
+    parser.add_argument("--relay", metavar="URL", help=f"the relay (default ${RELAY_ENV}, else {DEFAULT_RELAY})")
+    parser.add_argument("--runner", metavar="PUBKEY", help=f"the runner's key (default ${RUNNER_ENV}, else production)")
+    keys = parser.add_mutually_exclusive_group()
+    keys.add_argument("--key-file", metavar="FILE", type=Path, help="the trainer's key: 64 hex or nsec, mode 0600")
+    keys.add_argument("--new-key", metavar="FILE", type=Path, help="make a new trainer key in FILE and use it")
+    parser.add_argument("--requests", metavar="DIR", type=Path, help="where sent requests are kept")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument(
+        "--timeout", metavar="SECONDS", type=_seconds, default=timeout, help=f"how long to wait (default {timeout:g})"
+    )
+
+
+def _runs(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= MAX_RUNS:
+        raise argparse.ArgumentTypeError(f"runs per arm is 1 to {MAX_RUNS}, not {text!r}")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
+    return value
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 0
+
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _handler(command: Callable[[argparse.Namespace, Console], Any]) -> Handler:
+    """Run an async command; a usage error exits 64, a trainer error 1, each with one plain line."""
+
+    def handle(args: argparse.Namespace) -> int:
+        err = Console(stderr=True, highlight=False)
+        try:
+            code: int = asyncio.run(command(args, err))
+        except UsageError as error:
+            _say(err, f"eval-runner trainer: {error}")
+            return USAGE
+        except TrainerError as error:
+            if args.json:
+                _emit({"error": error.code, "message": error.message})
+            _say(err, f"eval-runner trainer: {error}")
+            return 1
+        except KeyboardInterrupt:
+            _say(err, "stopped waiting; the run goes on (`eval-runner trainer cancel ID` stops it)")
+            return 130
+        return code
+
+    return handle
+
+
+# -- settings ---------------------------------------------------------------------------------------
+
+
+def _relay(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
+    url: str = args.relay or environ.get(RELAY_ENV) or DEFAULT_RELAY
+    if not url.startswith(("ws://", "wss://")):
+        raise UsageError(f"the relay must be a ws:// or wss:// URL, not {url!r}")
+    return url
+
+
+def _runner(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
+    text: str = args.runner or environ.get(RUNNER_ENV) or RUNNER
+    try:
+        return PublicKey.parse(text).to_hex()
+    except KeyFormatError:
+        raise UsageError(f"the runner's key must be 64 hex or an npub, not {text!r}") from None
+
+
+def _secret(args: argparse.Namespace, err: Console) -> SecretKey:
+    """The trainer's key from `--key-file`, or a new one in `--new-key` (never over an existing file)."""
+    if args.new_key is not None:
+        try:
+            key, made = ensure_key(args.new_key)
+        except KeyFileError as error:
+            raise TrainerError("input", _trainer_words(error)) from None
+        if not made:
+            raise UsageError(f"{args.new_key} already holds a key; pass it with --key-file")
+        _say(err, f"made a new trainer key in {args.new_key}; its public key is {key.public_key().to_hex()}")
+        return key
+    if args.key_file is None:
+        raise UsageError("say whose request this is: --key-file FILE (or --new-key FILE to make one)")
+    try:
+        return load_key(args.key_file)
+    except KeyFileError as error:
+        raise TrainerError("input", _trainer_words(error)) from None
+
+
+def _trainer_words(error: KeyFileError) -> str:
+    """`service.keyfile` names the runner's key; this file is the trainer's (the rules are the same)."""
+    return error.message.replace("the runner key", "the trainer key", 1)
+
+
+def requests_dir(args: argparse.Namespace, environ: Mapping[str, str]) -> Path:
+    if args.requests is not None:
+        return Path(args.requests)
+    if environ.get(REQUESTS_ENV):
+        return Path(environ[REQUESTS_ENV])
+    state = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "eval-runner" / "trainer"
+
+
+def keep(request: Request, directory: Path) -> Path:
+    """Write the request record as `<request id>.json` (0600), whole or not at all."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = directory / f"{request.id}.json"
+    descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=f".{request.id}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump(request.to_json(), handle, ensure_ascii=False, indent=2)
+            handle.write("\n")
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+    return path
+
+
+def kept(ident: str, directory: Path) -> Request:
+    """The request kept under `ident`: its request id, or the id of an event that carried it."""
+    named = directory / f"{ident}.json"
+    candidates = [named] if "/" not in ident and named.is_file() else sorted(directory.glob("*.json"))
+    for path in candidates:
+        try:
+            request = Request.from_json(read(path.read_bytes()))
+        except (OSError, TrainerError, ValueError):
+            continue
+        if ident == request.id or any(event.id == ident for event in request.events):
+            return request
+    raise TrainerError("input", f"no request {ident} is kept in {directory}")
+
+
+# -- run --------------------------------------------------------------------------------------------
+
+
+def build_input(args: argparse.Namespace) -> tuple[RunInput, list[str]]:
+    """The hosted input the command line names, and warnings about what a draft leaves behind."""
+    tool = None
+    if args.subject is not None:
+        tool = subject_ref(args.subject)
+    elif args.extension is not None:
+        tool = extension_tool(args.extension)
+    warnings: list[str] = []
+    if args.draft is not None:
+        draft = read_draft(args.draft)
+    else:
+        evals = args.suite if args.suite is not None else None if tool is None else tool.evals
+        if evals is None:
+            raise UsageError("say what to run: --draft FILE, --suite DIR, or --extension DIR with an evals/")
+        if tool is None:
+            raise UsageError("--suite needs --subject or --extension: a draft names the tool it tests")
+        drafted = suite_draft(evals, tool.draft_tool())
+        draft, warnings = drafted.draft, list(drafted.warnings)
+    return run_input(draft, subject=None if tool is None else tool.definition, runs=args.runs), warnings
+
+
+async def _run(args: argparse.Namespace, err: Console) -> int:
+    environ = os.environ
+    relay, runner, directory = _relay(args, environ), _runner(args, environ), requests_dir(args, environ)
+    warnings: list[str] = []
+    request: Request | None = None
+    value: RunInput | None = None
+    if args.retransmit is not None:
+        if any(value is not None for value in (args.subject, args.extension, args.draft, args.suite)):
+            raise UsageError("--retransmit sends the kept body unchanged; name no subject or tests")
+        request = kept(args.retransmit, directory)
+        if request.runner != runner:
+            raise UsageError(f"request {request.id} went to runner {request.runner}; pass --runner {request.runner}")
+    else:
+        value, warnings = build_input(args)
+    for warning in warnings:
+        _say(err, f"warning: {warning}")
+    secret = _secret(args, err)
+    async with Trainer(relay, secret, runner) as trainer:
+        if request is None:
+            assert value is not None
+            request = trainer.request(value)
+        keep(request, directory)
+        try:
+            with RunView(err, live=not args.json) as view:
+                answer = trainer.follow(request, view.show)
+                view.sending(request)
+                try:
+                    await trainer.send(request)
+                finally:
+                    keep(request, directory)
+                await trainer.wait(answer, args.timeout)
+        except TrainerError as error:
+            # The request may have gone out: say how to ask again, with the same body.
+            if args.json:
+                _emit({"error": error.code, "message": error.message, "request": request.id})
+            _say(err, f"eval-runner trainer: {error}; `eval-runner trainer run --retransmit {request.id}` asks again")
+            return 1
+        keep(request, directory)
+        rows, report_error = await trainer.report_rows(answer)
+    output = answer.output
+    code = 0 if output is not None and report_error is None else 1
+    if args.json:
+        _emit(run_json(relay, answer, rows, report_error, warnings, args.timeout))
+    else:
+        show_run(Console(highlight=False), answer, rows, report_error, args.timeout)
+    return code
+
+
+class RunView:
+    """What `trainer run` draws while it waits: a rich progress bar on a terminal, plain lines otherwise
+    (a log, a pipe), nothing with `--json`. Only what the trainer rendered (bound, contiguous) shows."""
+
+    def __init__(self, console: Console, *, live: bool) -> None:
+        self._console = console
+        self._quiet = not live
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+        if live and console.is_terminal:
+            self._bar = Progress(
+                TextColumn("{task.description}", markup=False),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            )
+
+    def __enter__(self) -> RunView:
+        if self._bar is not None:
+            self._task = self._bar.add_task("sending", total=None)
+            self._bar.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def sending(self, request: Request) -> None:
+        self._line(f"sending request {request.id}; waiting for the runner", "waiting")
+
+    def show(self, answer: Answer) -> None:
+        if isinstance(answer, AcceptedBody):
+            self._line("accepted by the runner", "accepted")
+        elif isinstance(answer, ProgressBody):
+            self._line(f"{answer.status} {answer.completed}/{answer.planned}", answer.status, answer)
+
+    def _line(self, line: str, status: str, progress: ProgressBody | None = None) -> None:
+        if self._quiet:
+            return
+        if self._bar is None or self._task is None:
+            _say(self._console, line)
+        elif progress is None:
+            self._bar.update(self._task, description=status)
+        else:
+            self._bar.update(self._task, description=status, total=progress.planned, completed=progress.completed)
+
+
+def _result_words(answer: RunAnswer, timeout: float) -> list[str]:
+    """What a result that is not a completed run means, in plain words (messages are display data)."""
+    result = answer.result
+    if result is None:
+        heard = "nothing heard from the runner" if answer.silence == "worker_absent" else "the runner went quiet"
+        return [
+            f"{answer.silence}: {heard} within {timeout:g} s; this proves nothing about the run itself.",
+            f"Retransmit with `eval-runner trainer run --retransmit {answer.request.id}`.",
+        ]
+    if result.outcome == "refused":
+        return [f"Refused ({result.code}): {result.message}"]
+    if result.outcome == "failed":
+        return [f"The run failed ({result.code}): {result.message}"]
+    if result.outcome == "cancelled":
+        return [f"Cancelled: {result.message or 'the run was stopped'}"]
+    if result.outcome == "unknown":
+        return ["The runner restarted during the run: its outcome is unknown, and it will not run again."]
+    return []
+
+
+def show_run(
+    console: Console, answer: RunAnswer, rows: list[CaseRow] | None, report_error: str | None, timeout: float
+) -> None:
+    """The verdict table, the verdict in words, the headline and notes; or what happened instead."""
+    output = answer.output
+    lines = _result_words(answer, timeout)
+    if output is not None:
+        if rows is not None:
+            console.print(case_table(rows))
+        words = VERDICT_WORDS[output.verdict]
+        console.print(Text.assemble(("Verdict  ", "bold"), (words, "bold"), f"  ({output.verdict})"))
+        headline = output.headline
+        line = f"Passes {headline.subject_passed} of {headline.total} tests with the extension"
+        if headline.baseline_passed is None:
+            line += ", and nothing ran without it."
+        else:
+            line += f", {headline.baseline_passed} of {headline.total} without."
+        lines.append(line)
+        lines += [f"Note: {note}" for note in output.notes]
+        if report_error is not None:
+            lines.append(f"The sealed report could not be read: {report_error}")
+        lines.append(f"report  {output.report.digest} (sealed in {output.sealed.id})")
+    if answer.conflicts:
+        lines.append(f"Warning: the runner sent {len(answer.conflicts)} other, different result(s) for this request.")
+    if answer.progress_stopped:
+        lines.append("Progress notes arrived out of order; the bar stopped where they did.")
+    for line in lines:
+        _say(console, line)
+
+
+def case_table(rows: list[CaseRow]) -> Table:
+    table = Table(title="Tests, with the extension and without it", title_justify="left")
+    table.add_column("Case", overflow="fold")
+    table.add_column("Kind", no_wrap=True)
+    table.add_column("Passed with", justify="right")
+    table.add_column("Passed without", justify="right")
+    for row in rows:
+        table.add_row(Text(row.id), row.kind, _arm_text(row.with_tool), _arm_text(row.without_tool))
+    return table
+
+
+def _arm_text(runs: ArmRuns | None) -> str:
+    if runs is None or runs.passed is None:
+        return "—"
+    passed = int(runs.passed) if float(runs.passed).is_integer() else runs.passed
+    return f"{passed}/{runs.runs}"
+
+
+def run_json(
+    relay: str,
+    answer: RunAnswer,
+    rows: list[CaseRow] | None,
+    report_error: str | None,
+    warnings: list[str],
+    timeout: float,
+) -> dict[str, JsonValue]:
+    """The `--json` object of `trainer run` (see the module docstring)."""
+    result, output, request = answer.result, answer.output, answer.request
+    return {
+        "request": request.id,
+        "event": request.target,
+        "events": [event.id for event in request.events],
+        "runner": request.runner,
+        "relay": relay,
+        "outcome": None if result is None else result.outcome,
+        "silence": answer.silence,
+        "timeout": timeout,
+        "code": None if result is None else result.code,
+        "message": None if result is None else result.message,
+        "verdict": None if output is None else output.verdict,
+        "verdict_words": None if output is None else VERDICT_WORDS[output.verdict],
+        "headline": None if output is None else output.headline.to_json(),
+        "notes": [] if output is None else list(output.notes),
+        "report": None if output is None else output.report.to_json(),
+        "sealed": None if output is None else output.sealed.id,
+        "cases": None if rows is None else [_row_json(row) for row in rows],
+        "report_error": report_error,
+        "result": None if result is None else result.to_json(),
+        "accepted": None if answer.accepted is None else answer.accepted.to_json(),
+        "progress": [
+            {"seq": note.seq, "status": note.status, "completed": note.completed, "planned": note.planned}
+            for note in answer.progress
+        ],
+        "progress_stopped": answer.progress_stopped,
+        "conflicts": [conflict.to_json() for conflict in answer.conflicts],
+        "warnings": list(warnings),
+    }
+
+
+def _row_json(row: CaseRow) -> dict[str, JsonValue]:
+    def arm(runs: ArmRuns | None) -> JsonValue:
+        return None if runs is None else {"passed": runs.passed, "runs": runs.runs}
+
+    return {"id": row.id, "kind": row.kind, "with": arm(row.with_tool), "without": arm(row.without_tool)}
+
+
+# -- status and cancel ------------------------------------------------------------------------------
+
+
+async def _status(args: argparse.Namespace, err: Console) -> int:
+    environ = os.environ
+    relay, runner = _relay(args, environ), _runner(args, environ)
+    request = kept(args.id, requests_dir(args, environ))
+    async with Trainer(relay, _secret(args, err), runner) as trainer:
+        found = await trainer.status(request.target, request.body, timeout=args.timeout)
+    if args.json:
+        _emit({"request": request.id, "event": request.target, "answer": found.to_json()})
+    elif isinstance(found, StatusResult):
+        outcome = "" if found.outcome is None else f", outcome {found.outcome}"
+        _say(Console(highlight=False), f"request {request.id}: {found.state}{outcome}")
+    else:
+        _say(Console(highlight=False), f"Refused ({found.code}): {found.message}")
+    return 0 if isinstance(found, StatusResult) else 1
+
+
+async def _cancel(args: argparse.Namespace, err: Console) -> int:
+    environ = os.environ
+    relay, runner = _relay(args, environ), _runner(args, environ)
+    directory = requests_dir(args, environ)
+    request = kept(args.id, directory)
+    result: ResultBody | None = None
+    async with Trainer(relay, _secret(args, err), runner) as trainer:
+        answer = await trainer.listen(request)
+        found = await trainer.cancel(request.target, request.body, reason=args.reason, timeout=args.timeout)
+        if isinstance(found, CancelResult) and found.outcome is None:
+            await trainer.wait(answer, args.timeout)
+            result = answer.result
+    acknowledged = isinstance(found, CancelResult)
+    if args.json:
+        _emit(
+            {
+                "request": request.id,
+                "event": request.target,
+                "answer": found.to_json(),
+                "result": None if result is None else result.to_json(),
+            }
+        )
+    elif acknowledged:
+        assert isinstance(found, CancelResult)
+        ended = found.outcome or (None if result is None else result.outcome)
+        tail = f"; the run ended {ended}" if ended else "; the run has not said it stopped yet"
+        _say(Console(highlight=False), f"request {request.id}: the runner took the cancel{tail}")
+    else:
+        assert isinstance(found, ResultBody)
+        _say(Console(highlight=False), f"Refused ({found.code}): {found.message}")
+    return 0 if acknowledged else 1
+
+
+# -- output -----------------------------------------------------------------------------------------
+
+
+def _say(console: Console, line: str) -> None:
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _emit(value: Mapping[str, JsonValue]) -> None:
+    sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,460 @@
+"""The doors graders call over HTTP: the chat door as a judge, and Jev as the decision door.
+
+**Judge** (`OpenResponsesJudge`): `POST {door}/v1/responses` with bearer key, the body
+`{model, instructions: <system>, input: [one user message], stream: false, store: false, tools: [],
+tool_choice: "none"}` and the answer's text read from `output_text` or every `output_text` part of
+`output` — the reference's live judge door. One call is bounded by `JUDGE_SECONDS` (120 s, as the
+reference).
+
+**Decision** (`JevDecisionDoor`): TypeSafe's System One API, `POST <door>` with bearer key and the body
+`{state, model, questions: {"grade": <question>}}`; a Noul is `{type: "noul", instructions[, criteria:
+{"true": <rubric>}]}`, a Score `{type: "score", instructions, criteria: [levels]}`, a Choice `{type:
+"choice", instructions, criteria: {option: meaning}}`. The answer is `{model, answers: {"grade": {type,
+noul | score | choice, probabilities…}}, usage}`. Runner.md §2.2 pins the doors, their order (fallbacks
+first, TypeSafe last) and the failover rule; the body and answer shapes are not in runner.md and were
+read from the reference's public `jev` crate (its README, `questions.rs`, `answers.rs`, `client.rs`,
+`doors.rs`: "Jev answers at three HTTP doors with the same request body and the same answer shape").
+As in the reference, a Score or Choice question carries no rubric (only a Noul has `criteria.true`).
+
+Not pinned, so chosen here: TypeSafe is asked for model
+`jev-latest` (the SDK's default; the fallbacks' names are runner.md's); one door attempt is bounded by
+`DECISION_SECONDS` (30 s); a failure every door shares (all failed over) is retried twice, 0.5 s then
+1 s apart, as the SDK's retry policy does for 408/429/5xx/timeouts; a door benched for 401/402 is
+skipped for 300 s (§22 "Jev bench"). Error text is cut to 200 characters and any key is scrubbed from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from eval_runner.engine.grade.spec import ChoiceQuestion, DecisionQuestion, NoulQuestion, ScoreQuestion
+from eval_runner.engine.grade.votes import (
+    ChoiceAnswer,
+    DecisionAnswer,
+    DoorError,
+    JsonValue,
+    NoulAnswer,
+    ScoreAnswer,
+)
+
+JUDGE_SECONDS = 120.0
+DECISION_SECONDS = 30.0
+QUESTION_ID = "grade"
+TYPESAFE_URL = "https://api.typesafe.ai"
+TYPESAFE_MODEL = "jev-latest"
+SYSTEM_ONE_PATH = "/v1/systemone"
+GATEWAY_DOOR = "https://ai-gateway.vercel.sh"
+GATEWAY_URL = "https://ai-gateway.vercel.sh/typesafe/v1/systemone"
+GATEWAY_MODEL = "typesafe-ai/jev"
+OPENROUTER_DOOR = "https://openrouter.ai"
+OPENROUTER_URL = "https://openrouter.ai/api/alpha/decisions"
+OPENROUTER_MODEL = "typesafe/jev-1.13"
+BENCH_SECONDS = 300.0
+MESSAGE_CHARS = 200
+#: Answers larger than this are not read (a decision answer is a few hundred bytes; a judge's one word).
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
+#: Refusal codes that are a door's own reason, not the question's (runner.md §2.2).
+DOOR_OWN_CODES = frozenset(
+    {
+        "unauthenticated",
+        "payment_required",
+        "not_admitted",
+        "rate_limited",
+        "quota_exhausted",
+        "internal",
+        "door_unavailable",
+        "identity_mismatch",
+        "busy",
+        "unavailable",
+        "timeout",
+        "overloaded",
+    }
+)
+#: Codes that at 400 name a door's limit rather than a bad question.
+LIMIT_CODES = frozenset(
+    {"request_too_large", "payload_too_large", "context_length_exceeded", "unsupported", "unsupported_input"}
+)
+LIMIT_PHRASES = (
+    "criteria must contain 2",
+    "must not exceed 64 kib",
+    "input is too large to process",
+    "exceeds the available context size",
+    "the request exceeds the available context",
+)
+_STATUS_CODES = {
+    401: "unauthenticated",
+    402: "payment_required",
+    403: "not_admitted",
+    408: "timeout",
+    429: "rate_limited",
+    500: "internal",
+    502: "door_unavailable",
+    503: "unavailable",
+    504: "timeout",
+}
+
+
+def fails_over(status: int | None, code: str | None, message: str = "") -> bool:
+    """Whether a door's refusal leaves it for the next door (runner.md §2.2): `status` None is a timeout
+    or no connection; HTTP 402, 404, 408, 413, 429 and any 5xx; a door-own code (a missing code is read
+    from the status); at 400 a limit code or a message naming a door limit. A refusal of the question
+    itself never fails over."""
+    if status is None or status in (402, 404, 408, 413, 429) or 500 <= status <= 599:
+        return True
+    word = code or _STATUS_CODES.get(status)
+    if word in DOOR_OWN_CODES:
+        return True
+    if status == 400:
+        lowered = message.lower()
+        return word in LIMIT_CODES or any(phrase in lowered for phrase in LIMIT_PHRASES)
+    return False
+
+
+def _scrub(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "REDACTED")
+    return text
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + "…"
+
+
+def _refusal_parts(body: bytes) -> tuple[str | None, str]:
+    """(code, message) of an error body: `error.code`/`error.message` (TypeSafe), `error_type`/`message`
+    (the gateway), or the text itself."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None, body.decode("utf-8", "replace")
+    if not isinstance(value, dict):
+        return None, body.decode("utf-8", "replace")
+    error = value.get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    if not isinstance(code, str) or not code:
+        code = value.get("error_type") if isinstance(value.get("error_type"), str) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(message, str):
+        message = value.get("message") if isinstance(value.get("message"), str) else None
+    if not isinstance(message, str) and isinstance(value.get("detail"), str):
+        message = value["detail"]
+    return code or None, message if isinstance(message, str) else ""
+
+
+async def _read_bounded(response: aiohttp.ClientResponse) -> bytes:
+    data = await response.content.read(MAX_ANSWER_BYTES + 1)
+    if len(data) > MAX_ANSWER_BYTES:
+        raise DoorError(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
+    return data
+
+
+# ---------------------------------------------------------------------------------------------------- judge
+
+
+def answer_text(body: JsonValue) -> str | None:
+    """An Open Responses answer's text: `output_text`, else every `output_text` part of `output` joined."""
+    if not isinstance(body, dict):
+        return None
+    if isinstance(body.get("output_text"), str):
+        return str(body["output_text"])
+    output = body.get("output")
+    if not isinstance(output, list):
+        return None
+    pieces = []
+    for item in output:
+        content = item.get("content") if isinstance(item, dict) else None
+        for part in content if isinstance(content, list) else ():
+            if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str):
+                pieces.append(part["text"])
+    text = "".join(pieces)
+    return text or None
+
+
+@dataclass
+class OpenResponsesJudge:
+    """The chat door as a judge. `url` is the door's base (`CODER_DOOR_URL`); `key` never leaves the
+    Authorization header, and never appears in a repr or an error."""
+
+    url: str
+    key: str = field(repr=False)
+    model: str
+    seconds: float = JUDGE_SECONDS
+    session: aiohttp.ClientSession | None = field(default=None, repr=False)
+
+    def describe(self) -> str:
+        return f"open-responses {self.url.rstrip('/')} {self.model}"
+
+    async def judge(self, system: str, user: str) -> str:
+        body = {
+            "model": self.model,
+            "instructions": system,
+            "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": user}]}],
+            "stream": False,
+            "store": False,
+            "tools": [],
+            "tool_choice": "none",
+        }
+        target = f"{self.url.rstrip('/')}/v1/responses"
+        try:
+            status, data = await _post(self.session, target, self.key, body, self.seconds)
+        except DoorError as error:
+            raise DoorError(_scrub(f"judge door: {error}", [self.key])) from None
+        if not 200 <= status <= 299:
+            _, message = _refusal_parts(data)
+            detail = f": {_cut(message)}" if message.strip() else ""
+            raise DoorError(_scrub(f"judge door answered {status}{detail}", [self.key]))
+        try:
+            text = answer_text(json.loads(data))
+        except ValueError:
+            raise DoorError("judge door answer: not JSON") from None
+        if text is None:
+            raise DoorError("judge door answered no text")
+        return text
+
+
+async def _post(
+    session: aiohttp.ClientSession | None, url: str, key: str, body: JsonValue, seconds: float
+) -> tuple[int, bytes]:
+    """One POST of JSON with a bearer key under one bound; (status, body). Transport failures raise
+    `DoorError` naming the kind of failure, never the key."""
+    headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
+    timeout = aiohttp.ClientTimeout(total=seconds)
+    try:
+        if session is None:
+            async with aiohttp.ClientSession() as own:
+                return await _send(own, url, headers, body, timeout)
+        return await _send(session, url, headers, body, timeout)
+    except TimeoutError:
+        raise DoorError(f"no answer within {seconds:g} s") from None
+    except aiohttp.ClientError as error:
+        raise DoorError(f"cannot reach the door ({type(error).__name__})") from None
+
+
+async def _send(
+    session: aiohttp.ClientSession,
+    url: str,
+    headers: dict[str, str],
+    body: JsonValue,
+    timeout: aiohttp.ClientTimeout,
+) -> tuple[int, bytes]:
+    async with session.post(url, json=body, headers=headers, timeout=timeout, allow_redirects=False) as response:
+        return response.status, await _read_bounded(response)
+
+
+# ------------------------------------------------------------------------------------------------- decision
+
+
+def jev_question(question: DecisionQuestion, rubric: str | None) -> dict[str, JsonValue]:
+    """The System One question a decision grader asks (module docstring)."""
+    if isinstance(question, NoulQuestion):
+        asked: dict[str, JsonValue] = {"type": "noul", "instructions": question.instructions}
+        if rubric is not None:
+            asked["criteria"] = {"true": rubric}
+        return asked
+    if isinstance(question, ScoreQuestion):
+        return {"type": "score", "instructions": question.instructions, "criteria": list(question.levels)}
+    return {"type": "choice", "instructions": question.instructions, "criteria": dict(question.options)}
+
+
+def read_decision(body: bytes, question: DecisionQuestion) -> DecisionAnswer:
+    """The answer to `grade` in a System One answer body; `DoorError` naming the field otherwise."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        raise DoorError("the answer is not JSON") from None
+    answers = value.get("answers") if isinstance(value, dict) else None
+    if not isinstance(answers, dict):
+        raise DoorError("the answer holds no `answers` object")
+    answer = answers.get(QUESTION_ID)
+    if not isinstance(answer, dict):
+        raise DoorError(f"the answer holds no answer to `{QUESTION_ID}`")
+    kind = answer.get("type")
+    where = f"answers.{QUESTION_ID}"
+    if kind == "noul":
+        return NoulAnswer(_number(answer, "noul", where))
+    if kind == "score":
+        return ScoreAnswer(_number(answer, "score", where))
+    if kind == "choice":
+        choice = answer.get("choice")
+        if not isinstance(choice, str):
+            raise DoorError(f"{where}.choice is not a string")
+        raw = answer.get("probabilities", {})
+        if not isinstance(raw, dict):
+            raise DoorError(f"{where}.probabilities is not an object")
+        masses = tuple((option, _number(raw, option, f"{where}.probabilities")) for option in raw)
+        if isinstance(question, ChoiceQuestion):
+            asked = {name for name, _ in question.options}
+            if masses and {option for option, _ in masses} != asked:
+                raise DoorError(f"{where}.probabilities name other options than the question")
+        return ChoiceAnswer(choice, masses)
+    raise DoorError(f"{where}.type is {kind!r}, not noul, score or choice")
+
+
+def _number(obj: Mapping[str, JsonValue], key: str, where: str) -> float:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise DoorError(f"{where}.{key} is not a finite number")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class JevEndpoint:
+    """One Jev door: `door` names it (its base URL), `url` is the full decision URL, `model` its name for
+    Jev. The key is never in a repr."""
+
+    door: str
+    url: str
+    model: str
+    key: str = field(repr=False)
+
+    @classmethod
+    def typesafe(cls, key: str, base_url: str = TYPESAFE_URL, model: str = TYPESAFE_MODEL) -> JevEndpoint:
+        base = base_url.strip().rstrip("/")
+        return cls(base, base + SYSTEM_ONE_PATH, model, key)
+
+    @classmethod
+    def gateway(cls, key: str) -> JevEndpoint:
+        return cls(GATEWAY_DOOR, GATEWAY_URL, GATEWAY_MODEL, key)
+
+    @classmethod
+    def openrouter(cls, key: str) -> JevEndpoint:
+        return cls(OPENROUTER_DOOR, OPENROUTER_URL, OPENROUTER_MODEL, key)
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """A door's refusal: `status` None for a timeout or no connection."""
+
+    reason: str
+    status: int | None
+    fails_over: bool
+
+    @property
+    def benches(self) -> bool:
+        return self.status in (401, 402)
+
+    @property
+    def retried(self) -> bool:
+        """What the SDK's retry policy retries: a timeout, no connection, 408, 429, any 5xx."""
+        return self.status is None or self.status in (408, 429) or 500 <= self.status <= 599
+
+
+@dataclass
+class JevDecisionDoor:
+    """Jev through its doors, in order, with runner.md §2.2's failover: a door is left for the next only
+    for a reason of its own; a door refusing 401/402 is benched (skipped) for `bench_seconds`; when no
+    door answers, the first door's refusal stands. `describe()` is the pin's door list, `a → b`."""
+
+    endpoints: tuple[JevEndpoint, ...]
+    seconds: float = DECISION_SECONDS
+    retries: int = 2
+    backoff_seconds: float = 0.5
+    bench_seconds: float = BENCH_SECONDS
+    session: aiohttp.ClientSession | None = field(default=None, repr=False)
+    _benched: dict[str, tuple[float, _Refusal]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.endpoints:
+            raise ValueError("a decision door needs at least one Jev door")
+
+    def describe(self) -> str:
+        return " → ".join(endpoint.door for endpoint in self.endpoints)
+
+    async def decide(
+        self, state: Mapping[str, JsonValue], question: DecisionQuestion, rubric: str | None
+    ) -> DecisionAnswer:
+        questions = {QUESTION_ID: jev_question(question, rubric)}
+        wait = self.backoff_seconds
+        for attempt in range(self.retries + 1):
+            outcome = await self._ask_doors(dict(state), questions, question)
+            if not isinstance(outcome, _Refusal):
+                return outcome
+            if not outcome.retried or attempt == self.retries:
+                raise DoorError(outcome.reason)
+            await asyncio.sleep(wait)
+            wait *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _ask_doors(
+        self, state: dict[str, JsonValue], questions: dict[str, JsonValue], question: DecisionQuestion
+    ) -> DecisionAnswer | _Refusal:
+        first: _Refusal | None = None
+        for endpoint in self.endpoints:
+            refusal = self._bench_of(endpoint.door)
+            if refusal is None:
+                answer = await self._ask(endpoint, state, questions, question)
+                if not isinstance(answer, _Refusal):
+                    return answer
+                refusal = answer
+                if refusal.benches:
+                    self._benched[endpoint.door] = (time.monotonic() + self.bench_seconds, refusal)
+            if not refusal.fails_over:
+                return refusal
+            first = first or refusal
+        assert first is not None
+        return first
+
+    def _bench_of(self, door: str) -> _Refusal | None:
+        held = self._benched.get(door)
+        if held is None:
+            return None
+        if time.monotonic() >= held[0]:
+            del self._benched[door]
+            return None
+        return held[1]
+
+    async def _ask(
+        self,
+        endpoint: JevEndpoint,
+        state: dict[str, JsonValue],
+        questions: dict[str, JsonValue],
+        question: DecisionQuestion,
+    ) -> DecisionAnswer | _Refusal:
+        body = {"state": state, "model": endpoint.model, "questions": questions}
+        secrets = [item.key for item in self.endpoints]
+        try:
+            status, data = await _post(self.session, endpoint.url, endpoint.key, body, self.seconds)
+        except DoorError as error:
+            return _Refusal(_scrub(f"POST {endpoint.url}: {error}", secrets), None, True)
+        if not 200 <= status <= 299:
+            code, message = _refusal_parts(data)
+            text = _cut(message) if message.strip() else f"HTTP {status} without an error message"
+            reason = _scrub(f"POST {endpoint.url}: {status} {text}", secrets)
+            return _Refusal(reason, status, fails_over(status, code, message))
+        try:
+            return read_decision(data, question)
+        except DoorError as error:
+            # A 2xx that does not read is the door's own fault, but the reference does not fail it over.
+            return _Refusal(_scrub(f"POST {endpoint.url}: {error}", secrets), status, False)
+
+
+def decision_pin(
+    typesafe_key: str | None,
+    *,
+    typesafe_url: str = TYPESAFE_URL,
+    gateway_key: str | None = None,
+    openrouter_key: str | None = None,
+    session: aiohttp.ClientSession | None = None,
+) -> JevDecisionDoor | None:
+    """The decision door of runner.md §2.2 from resolved keys: none without a TypeSafe key; otherwise the
+    gateway (when its key is known), then OpenRouter (likewise), then TypeSafe last. Blank keys add no
+    door. (Lending the chat door's key to the gateway is the configuration's rule, applied before.)"""
+    if typesafe_key is None or not typesafe_key.strip():
+        return None
+    endpoints = []
+    if gateway_key is not None and gateway_key.strip():
+        endpoints.append(JevEndpoint.gateway(gateway_key.strip()))
+    if openrouter_key is not None and openrouter_key.strip():
+        endpoints.append(JevEndpoint.openrouter(openrouter_key.strip()))
+    endpoints.append(JevEndpoint.typesafe(typesafe_key.strip(), typesafe_url))
+    return JevDecisionDoor(tuple(endpoints), session=session)

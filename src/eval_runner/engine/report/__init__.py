@@ -1,0 +1,1 @@
+"""The report and the results directory: built, measured, written and shown."""

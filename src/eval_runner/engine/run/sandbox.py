@@ -1,0 +1,708 @@
+"""Confinement for one agent run: bubblewrap, resource limits and the door bridge.
+
+The agent is untrusted code (the subject arm runs an extension someone else wrote), so each run starts
+`bwrap` with its own user, PID, network, IPC, UTS and cgroup namespaces as uid 65534 with every
+capability dropped, `--disable-userns`, `--new-session`, `--die-with-parent` and `--clearenv`
+(ecosystem.md §5). Its first process is our door bridge (`engine/run/bridge.py`, pid 1), which opens the
+run's doors inside, sets the resource limits on the agent alone, starts it and reports how it ended.
+
+Where we differ from the reference's boundary (runner.md §13.5), on purpose:
+
+* **The network is off.** The reference leaves it open on Linux because an unshared network namespace
+  would hide its loopback door proxy. Ours needs no host network: the proxy listens on a Unix socket
+  inside the run directory, which is visible in the sandbox, and the bridge offers it at
+  `http://127.0.0.1:<port>` on the sandbox's own loopback. The agent's only way out is its doors
+  (policy word `door-only`).
+* **Reads are an allowlist, not `--ro-bind / /`.** Run as root, the sandbox's uid 65534 would map to
+  real root, and every root-owned file that is visible (the runner's key file, `/etc/shadow`, mode 0600
+  or not) would be the sandbox user's to read. So only `/usr` (with the merged-usr links), `/nix/store`
+  on NixOS, a few public files of `/etc`, generated `/etc/passwd`, `/etc/group` and `/etc/hosts`, the
+  agent (and a script's interpreter) at its own path and the run directory are visible; the state
+  directory, `/root`, `/home` and `/work` never are. `/`, `/dev` and the run directory are read-only
+  except the writable parts runner.md §13.5 names.
+* **A root runner drops to uid 65534 outside too** before it starts bwrap (`setpriv` in the same
+  process, or the spawning child itself where there is no setpriv). The kernel exempts a
+  process whose real uid is root from `RLIMIT_NPROC` even inside a user namespace, so without the drop
+  a fork bomb is not contained; with it the limit is counted per sandbox (per user namespace), so
+  concurrent runs do not share one budget. The writable run directories are then owned by 65534, and
+  bind sources must be reachable by it (the temp root and the agent's directories must be
+  world-searchable; the probe checks the temp root).
+* **Resource limits** (bwrap has none): address space, processes, open files, file size and CPU time
+  (the deadline plus a margin), set by the bridge on the agent only; core dumps are off.
+* **A memory budget the runner enforces** (`Limits.memory`): the address-space limit refuses
+  allocations, but an agent that handles the refusal exits as if nothing happened, and it counts each
+  process alone. Where the host gives one, each sandbox's pid 1 is placed in its own memory cgroup before
+  it starts the agent (it waits for the runner's word; `engine/run/cgroup.py`), and the budget reads the
+  cgroup's count, the kernel holding a hard ceiling; elsewhere the runner sums resident memory and held memfds
+  (`engine/run/memory_watch.py`). Over the budget the sandbox is stopped as the deadline does (`Stop.MEMORY`,
+  `errored(memory_limit)`), and while stopping it may not pass half as much again (`_CEILING`).
+* **A disk budget** (`Limits.disk`, `Limits.files`, `engine/run/disk_watch.py`): the writable directories and
+  the unlinked files the sandbox holds open are measured the same way (`Stop.DISK`, `errored(disk_limit)`).
+* **A seccomp filter** (`engine/run/syscall_filter.py`) and a bridge that ends the sandbox on its own when the
+  runner goes or the run is overdue (`engine/run/bridge.py`), so nothing outlives its run.
+
+`engine/run/confinement.py`'s `probe()` runs a tiny command in exactly this shape once at start and returns
+`Confinement` or `Unconfined(reason)`; a host that cannot confine gets `errored(unconfined_host)` for
+every run and never runs anything unconfined. `run_confined()` is the one place a sandbox starts: it
+waits for the agent, the deadline or a cancel, stops the sandbox (SIGTERM through the bridge,
+`GRACE_SECONDS`, SIGKILL) and returns only once every process of it is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.resources
+import json
+import math
+import os
+import select
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from eval_runner.engine.run import disk_watch, memory_watch, syscall_filter
+from eval_runner.engine.run.cgroup import CgroupHost, RunCgroup, find_host
+
+#: Where the backend may be installed (runner.md §13.5), first found wins.
+BWRAP_PATHS = ("/usr/bin/bwrap", "/run/current-system/sw/bin/bwrap")
+#: The sandbox's uid and gid inside, and outside when the runner is root.
+SANDBOX_UID = SANDBOX_GID = 65534
+SANDBOX_USER = "eval"
+#: The network policy word recorded in each arm's run configuration.
+NETWORK_POLICY = "door-only"
+#: SIGTERM → this many seconds → SIGKILL (runner.md §22).
+GRACE_SECONDS = 2.0
+#: How long a stopped sandbox may take to be gone before it is SIGKILLed again.
+_GONE_SECONDS = 5.0
+#: While a sandbox is stopping, holding this many times its memory budget SIGKILLs it at once.
+_CEILING = 1.5
+#: Seconds past the deadline and the grace after which the bridge ends the sandbox on its own.
+OVERDUE_MARGIN_SECONDS = 5
+
+_SYSTEM_DIRS = ("/usr", "/nix/store", "/run/current-system/sw")
+_TOP_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/protocols",
+    "/etc/services",
+    "/etc/mime.types",
+    "/etc/alternatives",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ca-certificates",
+    "/etc/pki/tls/certs",
+    "/etc/pki/ca-trust",
+)
+_PYTHON_PATHS = ("/usr/bin/python3",)
+_SETPRIV_PATHS = ("/usr/bin/setpriv", "/run/current-system/sw/bin/setpriv")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-run resource limits, applied to the agent and everything it starts. `memory` is the budget of
+    resident bytes for the whole sandbox, watched by the runner; `address_space` is the rlimit each
+    process gets, a backstop kept well above it."""
+
+    address_space: int = 8 << 30
+    memory: int = 2 << 30
+    #: Bytes the run's writable directories (and the unlinked files it holds open) may take, and entries.
+    disk: int = 1 << 30
+    files: int = 100_000
+    processes: int = 256
+    open_files: int = 1024
+    file_size: int = 64 << 20
+    #: CPU seconds beyond the run's deadline before SIGXCPU (and SIGKILL 5 s later).
+    cpu_margin_seconds: int = 30
+
+    def bridge_options(self, deadline_seconds: float) -> list[str]:
+        cpu = math.ceil(deadline_seconds) + self.cpu_margin_seconds
+        return [
+            f"limit:as={self.address_space}:{self.address_space}",
+            f"limit:nproc={self.processes}:{self.processes}",
+            f"limit:nofile={self.open_files}:{self.open_files}",
+            f"limit:fsize={self.file_size}:{self.file_size}",
+            f"limit:cpu={cpu}:{cpu + 5}",
+            "limit:core=0:0",
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Confinement:
+    """A host that can confine runs, and the shape every sandbox on it takes."""
+
+    bwrap: str
+    #: The bridge's interpreter, visible inside the sandbox.
+    python: str
+    #: The uid/gid the sandbox runs as on the host: 65534 when the runner is root, else None (its own).
+    outside_uid: int | None
+    outside_gid: int | None
+    #: Host paths bound read-only at the same path, and `(target, link)` symlinks at the top level.
+    read_only: tuple[str, ...]
+    links: tuple[tuple[str, str], ...]
+    #: util-linux `setpriv`, used for the uid drop when present (exec'd in the same process, it spawns
+    #: ~1.5 ms faster than Python's own setuid in the child); None → the child drops by itself.
+    setpriv: str | None = None
+    network_policy: str = NETWORK_POLICY
+    #: The compiled seccomp program (`engine/run/syscall_filter.py`); None where libseccomp is missing.
+    seccomp: bytes | None = field(default=None, repr=False)
+    #: Where each sandbox gets a memory cgroup (`engine/run/cgroup.py`); None where the host gives none.
+    cgroups: CgroupHost | None = None
+
+    @property
+    def backend(self) -> str:
+        """The confinement word recorded in each arm's run configuration: the backend's path."""
+        return self.bwrap
+
+    def owner(self) -> tuple[int, int] | None:
+        """Who must own what the sandbox writes, when that is not the runner itself."""
+        if self.outside_uid is None or self.outside_gid is None:
+            return None
+        return self.outside_uid, self.outside_gid
+
+
+@dataclass(frozen=True, slots=True)
+class Unconfined:
+    """A host that cannot confine runs, and why."""
+
+    reason: str
+
+
+class Stop(StrEnum):
+    """Why the sandbox ended."""
+
+    EXITED = "exited"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    #: The sandbox's processes held more than `Limits.memory`.
+    MEMORY = "memory"
+    #: The run's files took more than `Limits.disk` (or `Limits.files`, or went too deep).
+    DISK = "disk"
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """One sandboxed command: the run directory (read-only inside, same path), its writable parts, extra
+    read-only paths, doors as `(port inside, socket path)`, the environment (the only one it gets)."""
+
+    root: Path
+    command: tuple[str, ...]
+    cwd: Path
+    stdout: Path
+    stderr: Path
+    home: Path
+    writable: tuple[Path, ...] = ()
+    read_only: tuple[Path, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    doors: tuple[tuple[int, Path], ...] = ()
+    deadline_seconds: float = 300.0
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a sandbox ended. `status` is the bridge's report: `exit <code>`, `signal <n>`, `nostart <why>`
+    (the agent could not be executed), `broken <why>` (the bridge could not start), or None when the
+    sandbox never got that far or was killed first (bubblewrap's own message is then in `stderr`).
+    `memory` is what the sandbox held when `Stop.MEMORY` stopped it; `disk` why `Stop.DISK` did."""
+
+    stop: Stop
+    seconds: float
+    status: str | None
+    stdout: bytes
+    stderr: bytes
+    memory: int | None = None
+    disk: str | None = None
+
+    @property
+    def exit_code(self) -> int | None:
+        word, _, value = (self.status or "").partition(" ")
+        return int(value) if word == "exit" else None
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that ended the agent's own process, if one did."""
+        word, _, value = (self.status or "").partition(" ")
+        return int(value) if word == "signal" else None
+
+    @property
+    def agent_started(self) -> bool:
+        return self.exit_code is not None or self.signal is not None
+
+
+# --------------------------------------------------------------------------------------------------
+# The host's shape
+
+
+def host_shape(bwrap: str | None = None) -> Confinement | Unconfined:
+    """What this host offers a sandbox, without starting one (`engine/confinement.probe` proves it)."""
+    if not sys.platform.startswith("linux"):
+        return Unconfined(f"no sandbox backend on {sys.platform}")
+    candidates = (bwrap,) if bwrap is not None else BWRAP_PATHS
+    found = next((path for path in candidates if os.access(path, os.X_OK)), None)
+    if found is None:
+        return Unconfined(f"{candidates[0]} is not installed")
+    read_only = [path for path in _SYSTEM_DIRS if os.path.isdir(path)]
+    links: list[tuple[str, str]] = []
+    for path in _TOP_LINKS:
+        if os.path.islink(path):
+            links.append((os.readlink(path), path))
+        elif os.path.isdir(path):
+            read_only.append(path)
+    read_only += [path for path in _ETC_FILES if os.path.lexists(path)]
+    python = next((path for path in _PYTHON_PATHS if os.access(path, os.X_OK)), None)
+    if python is None:
+        python = os.path.realpath(sys.executable)
+        prefix = os.path.realpath(sys.base_prefix)
+        if not _under(python, read_only):
+            read_only.append(prefix)
+    root = os.geteuid() == 0
+    setpriv = next((path for path in _SETPRIV_PATHS if os.access(path, os.X_OK)), None) if root else None
+    return Confinement(
+        bwrap=found,
+        python=python,
+        setpriv=setpriv,
+        outside_uid=SANDBOX_UID if root else None,
+        outside_gid=SANDBOX_GID if root else None,
+        read_only=tuple(read_only),
+        links=tuple(links),
+        seccomp=syscall_filter.compiled(),
+        cgroups=find_host(),
+    )
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+# --------------------------------------------------------------------------------------------------
+# One sandbox
+
+
+@cache
+def bridge_source() -> str:
+    """The bridge's source, passed to the interpreter with `-c` (nothing to make readable inside)."""
+    return importlib.resources.files("eval_runner.engine.run").joinpath("bridge.py").read_text(encoding="utf-8")
+
+
+async def run_confined(
+    confinement: Confinement, launch: Launch, *, cancel: asyncio.Event, grace: float = GRACE_SECONDS
+) -> Ended:
+    """Start `launch` in a sandbox and wait for its end: the agent's exit, the deadline, or `cancel`.
+    A stop sends SIGTERM to everything inside (through the bridge), waits `grace` seconds, then
+    SIGKILLs the sandbox. Returns once no process of it is left; a caller cancelling this coroutine
+    gets the sandbox SIGKILLed before the cancellation goes on."""
+    with contextlib.ExitStack() as held:
+
+        def hold(fd: int) -> int:
+            held.callback(os.close, fd)
+            return fd
+
+        status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        hold(status_r)
+        # The sandbox's lifeline: only this process ever holds the write end, so its end (however this
+        # process ends) is an end of file the bridge sees, and the bridge then ends the sandbox.
+        lifeline_r, lifeline_w = os.pipe2(os.O_CLOEXEC)
+        hold(lifeline_w)
+        info_r, info_w = os.pipe2(os.O_CLOEXEC)
+        cgroup = _cgroup(confinement, launch.limits)
+        go_r = go_w = None
+        if cgroup is not None:
+            held.callback(cgroup.remove)  # after the sandbox is gone: this block ends only then
+            # The bridge waits for a byte here before it starts the agent: the runner first moves it into
+            # the cgroup (a v1 move waits for an RCU grace period, ~3 ms, while the bridge starts up).
+            go_r, go_w = os.pipe2(os.O_CLOEXEC)
+        pid1 = _Pid1(info_r, cgroup, go_w)
+        held.callback(pid1.close)
+        stdout = hold(_open_output(launch.stdout))
+        stderr = hold(_open_output(launch.stderr))
+        # Descriptors only the sandbox keeps: closed here as soon as it has them.
+        with contextlib.ExitStack() as passed_on:
+            passed = [status_w, info_w, lifeline_r]
+            if go_r is not None:
+                passed.append(go_r)
+
+            def close_passed() -> None:
+                for fd in passed:
+                    os.close(fd)
+
+            passed_on.callback(close_passed)
+            args_fd = _options_file(confinement, launch, info_w, passed)
+            argv = [
+                *_drop(confinement),
+                confinement.bwrap,
+                "--args",
+                str(args_fd),
+                "--",
+                confinement.python,
+                "-I",
+                "-S",
+                "-c",
+                bridge_source(),
+                str(status_w),
+                *launch.limits.bridge_options(launch.deadline_seconds),
+                *(f"door:{port}={path}" for port, path in launch.doors),
+                f"lifeline:{lifeline_r}",
+                f"overdue:{math.ceil(launch.deadline_seconds + grace) + OVERDUE_MARGIN_SECONDS}",
+                f"owner:{owner_mark()}",
+                *([] if go_r is None else [f"go:{go_r}"]),
+                "--",
+                *launch.command,
+            ]
+            started = time.monotonic()
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    pass_fds=passed,
+                    start_new_session=True,
+                    env={},
+                    **_identity(confinement),
+                )
+            except OSError as exc:
+                os.write(stderr, f"eval-runner: cannot start {confinement.bwrap}: {exc.strerror}\n".encode())
+                return Ended(Stop.EXITED, 0.0, None, b"", _read_back(stderr, launch.limits))
+        pid1.watch()
+        stop, memory, disk = await _wait_or_stop(process, pid1, launch, cancel, grace)
+        seconds = time.monotonic() - started
+        await pid1.gone()
+        return Ended(
+            stop,
+            seconds,
+            _read_status(status_r),
+            _read_back(stdout, launch.limits),
+            _read_back(stderr, launch.limits),
+            memory,
+            disk,
+        )
+
+
+async def _wait_or_stop(
+    process: asyncio.subprocess.Process, pid1: _Pid1, launch: Launch, cancel: asyncio.Event, grace: float
+) -> tuple[Stop, int | None, str | None]:
+    """Wait for the sandbox's exit, the deadline, a cancel, its memory or its files over budget; stop it
+    for all but the first. Returns why, what it held when the memory was why, and what the disk found."""
+    exited = asyncio.ensure_future(process.wait())
+    cancelled = asyncio.ensure_future(cancel.wait())
+    limits = launch.limits
+    budget = limits.memory
+    over = asyncio.ensure_future(memory_watch.exceeded(pid1.live_pid, budget, pid1.held))
+    disk = asyncio.ensure_future(
+        disk_watch.exceeded(pid1.live_pid, launch.writable, budget=limits.disk, files=limits.files)
+    )
+    ceiling: asyncio.Future[int] | None = None
+    try:
+        done, _ = await asyncio.wait(
+            {exited, cancelled, over, disk}, timeout=launch.deadline_seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+        if over in done:
+            stop = Stop.MEMORY
+        elif disk in done:
+            stop = Stop.DISK
+        else:
+            stop = Stop.EXITED if exited in done else Stop.CANCELLED if cancelled in done else Stop.TIMEOUT
+        if stop is not Stop.EXITED:
+            if not pid1.send(signal.SIGTERM):
+                _kill_group(process, signal.SIGTERM)
+            # The grace is for ending well, not for growing: far over the budget ends it at once.
+            ceiling = asyncio.ensure_future(memory_watch.exceeded(pid1.live_pid, int(budget * _CEILING), pid1.held))
+            done, _ = await asyncio.wait({exited, ceiling}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            if exited not in done:
+                _kill(process, pid1)
+                await exited
+        if stop is Stop.EXITED and pid1.cgroup is not None and pid1.cgroup.oom_kills():
+            # The kernel stopped a process at the cgroup's ceiling between two of our measurements.
+            return Stop.MEMORY, int(budget * _CEILING), None
+        found = disk.result().detail(limits.disk, limits.files) if stop is Stop.DISK else None
+        return stop, over.result() if stop is Stop.MEMORY else None, found
+    except BaseException:
+        # Our caller gave up on the run (or something broke): the sandbox must not outlive this call.
+        _kill(process, pid1)
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(exited), _GONE_SECONDS)
+            await pid1.gone()
+        raise
+    finally:
+        for waiting in (cancelled, over, disk, ceiling):
+            if waiting is not None:
+                waiting.cancel()
+
+
+def _kill(process: asyncio.subprocess.Process, pid1: _Pid1) -> None:
+    """SIGKILL the sandbox: bubblewrap's group outside and pid 1 inside (whose end ends the namespace)."""
+    _kill_group(process, signal.SIGKILL)
+    pid1.send(signal.SIGKILL)
+
+
+def _kill_group(process: asyncio.subprocess.Process, signum: int) -> bool:
+    if process.returncode is not None:
+        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)
+    return True
+
+
+class _Pid1:
+    """The sandbox's pid 1 (the bridge), learnt from bubblewrap's `--info-fd` and held as a pidfd, so
+    signals reach the right process and the runner can wait until the PID namespace is gone. With a
+    cgroup, pid 1 is moved into it (in a thread) as soon as it is known, then told to go on; a cgroup that
+    cannot take it is dropped, and the budget falls back to counting resident memory."""
+
+    def __init__(self, info_fd: int, cgroup: RunCgroup | None = None, release_fd: int | None = None) -> None:
+        self._info = info_fd
+        self._text = b""
+        self._watching = False
+        self.pidfd: int | None = None
+        self.pid: int | None = None
+        self._exit = select.poll()
+        self.cgroup = cgroup
+        self._release = release_fd
+
+    def watch(self) -> None:
+        os.set_blocking(self._info, False)
+        asyncio.get_running_loop().add_reader(self._info, self._read)
+        self._watching = True
+
+    def _read(self) -> None:
+        try:
+            chunk = os.read(self._info, 4096)
+        except BlockingIOError:
+            return
+        self._text += chunk
+        try:
+            pid = json.loads(self._text)["child-pid"]
+        except (ValueError, KeyError, TypeError):
+            if chunk:
+                return
+            pid = None
+        self._unwatch()
+        if isinstance(pid, int) and self.pidfd is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.pidfd = os.pidfd_open(pid)
+                self.pid = pid
+                self._exit.register(self.pidfd, select.POLLIN)
+        release, self._release = self._release, None
+        if release is not None:  # the thread owns it now: it writes the word and closes it
+            asyncio.get_running_loop().run_in_executor(None, self._place, pid, release)
+
+    def _place(self, pid: object, release: int) -> None:
+        try:
+            if self.cgroup is not None and isinstance(pid, int):
+                try:
+                    self.cgroup.place(pid)
+                except OSError:
+                    self.cgroup = None
+            with contextlib.suppress(OSError):
+                os.write(release, b"\n")
+        finally:
+            os.close(release)
+
+    def held(self, pid: int) -> int:
+        """What the sandbox holds toward its memory budget: its cgroup's count where it has one, else the
+        resident memory and memfds of pid 1 and its descendants."""
+        if self.cgroup is not None and (counted := self.cgroup.held()) is not None:
+            return counted
+        return memory_watch.resident(pid)
+
+    def live_pid(self) -> int | None:
+        """Pid 1's host pid while it has not exited (so the number names no other process), else None."""
+        if self.pidfd is None or self._exit.poll(0):
+            return None
+        return self.pid
+
+    def _unwatch(self) -> None:
+        if self._watching:
+            asyncio.get_running_loop().remove_reader(self._info)
+            self._watching = False
+
+    def send(self, signum: int) -> bool:
+        if self._watching:
+            self._read()
+        if self.pidfd is None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, signum)
+        return True
+
+    async def gone(self) -> None:
+        """Wait until pid 1 has exited (the kernel has then killed everything else inside)."""
+        if self._watching:
+            self._read()
+        if self.pidfd is None:
+            return
+        loop = asyncio.get_running_loop()
+        for attempt in range(2):
+            done: asyncio.Future[None] = loop.create_future()
+
+            def readable(done: asyncio.Future[None] = done) -> None:
+                if not done.done():
+                    done.set_result(None)
+
+            loop.add_reader(self.pidfd, readable)
+            try:
+                await asyncio.wait_for(done, _GONE_SECONDS)
+                return
+            except TimeoutError:
+                if attempt == 0:
+                    self.send(signal.SIGKILL)
+            finally:
+                loop.remove_reader(self.pidfd)
+
+    def close(self) -> None:
+        self._unwatch()
+        os.close(self._info)
+        if self._release is not None:  # never handed over: the bridge then reads an end of file
+            os.close(self._release)
+            self._release = None
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def owner_mark() -> str:
+    """`<pid>:<start time>` of this process: what a bridge names as its runner, so a later sweep can tell a
+    sandbox whose runner is gone (a pid alone may have been reused by then)."""
+    return _mark(os.getpid())
+
+
+@cache
+def _mark(pid: int) -> str:
+    return f"{pid}:{process_start(pid)}"
+
+
+def process_start(pid: int) -> int | None:
+    """A process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold anything; count fields after its end.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _cgroup(confinement: Confinement, limits: Limits) -> RunCgroup | None:
+    """The sandbox's own memory cgroup, its hard ceiling at `_CEILING` × the budget, where the host has
+    them; None otherwise (or when one cannot be made now: the budget then counts resident memory)."""
+    if confinement.cgroups is None:
+        return None
+    try:
+        return RunCgroup.create(confinement.cgroups, int(limits.memory * _CEILING))
+    except OSError:
+        return None
+
+
+def _drop(confinement: Confinement) -> list[str]:
+    """The command prefix that drops a root runner to the sandbox's uid (setpriv), if that is the way."""
+    owner = confinement.owner()
+    if owner is None or confinement.setpriv is None:
+        return []
+    uid, gid = owner
+    return [confinement.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+
+
+def _identity(confinement: Confinement) -> dict[str, Any]:
+    """The same drop done by the spawning child itself, when there is no setpriv."""
+    owner = confinement.owner()
+    if owner is None or confinement.setpriv is not None:
+        return {}
+    return {"user": owner[0], "group": owner[1], "extra_groups": []}
+
+
+def _options_file(confinement: Confinement, launch: Launch, info_fd: int, passed: list[int]) -> int:
+    """bubblewrap's options in a memfd (`--args FD`): the environment, which holds the run's door token,
+    never appears in a command line another host process could read. Every descriptor made here is
+    appended to `passed`."""
+
+    def data_fd(content: bytes) -> str:
+        fd = _memfd(content)
+        passed.append(fd)
+        return str(fd)
+
+    def data(content: str) -> str:
+        return data_fd(content.encode())
+
+    ns = str(SANDBOX_UID)
+    options = ["--unshare-all", "--unshare-user", "--uid", ns, "--gid", str(SANDBOX_GID), "--disable-userns"]
+    options += ["--hostname", SANDBOX_USER, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    options += ["--as-pid-1", "--clearenv"]
+    if confinement.seccomp is not None:
+        options += ["--seccomp", data_fd(confinement.seccomp)]
+    for path in confinement.read_only:
+        options += ["--ro-bind-try", path, path]
+    for target, link in confinement.links:
+        options += ["--symlink", target, link]
+    passwd = f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_GID}:{SANDBOX_USER}:{launch.home}:/bin/sh\n"
+    options += ["--ro-bind-data", data(passwd), "/etc/passwd"]
+    options += ["--ro-bind-data", data(f"{SANDBOX_USER}:x:{SANDBOX_GID}:\n"), "/etc/group"]
+    options += ["--ro-bind-data", data("127.0.0.1\tlocalhost\n::1\tlocalhost\n"), "/etc/hosts"]
+    options += ["--dev", "/dev", "--remount-ro", "/dev", "--proc", "/proc"]
+    # Extra read-only paths before the run directory, so a wide one can never cover its writable parts.
+    for extra in launch.read_only:
+        options += ["--ro-bind", str(extra), str(extra)]
+    options += ["--ro-bind", str(launch.root), str(launch.root)]
+    for writable in launch.writable:
+        options += ["--bind", str(writable), str(writable)]
+    options += ["--remount-ro", "/", "--chdir", str(launch.cwd), "--info-fd", str(info_fd)]
+    for key, value in launch.env:
+        options += ["--setenv", key, value]
+    args_fd = _memfd(b"".join(option.encode() + b"\0" for option in options))
+    passed.append(args_fd)
+    return args_fd
+
+
+def _memfd(content: bytes) -> int:
+    fd = os.memfd_create("eval-runner", os.MFD_CLOEXEC)
+    view = memoryview(content)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _open_output(path: Path) -> int:
+    """The runner's own descriptor for an output file: what the agent does to the path later (replace
+    it with a link, say) never changes what is read back."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def _read_back(fd: int, limits: Limits) -> bytes:
+    size = min(os.fstat(fd).st_size, limits.file_size + (1 << 16))
+    parts: list[bytes] = []
+    offset = 0
+    while offset < size:
+        chunk = os.pread(fd, min(size - offset, 1 << 20), offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        offset += len(chunk)
+    return b"".join(parts)
+
+
+def _read_status(fd: int) -> str | None:
+    os.set_blocking(fd, False)
+    text = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 4096):
+            text += chunk
+    lines = text.decode("utf-8", "replace").splitlines()
+    nostart = next((line for line in lines if line.startswith("nostart ")), None)
+    return nostart or (lines[-1] if lines else None)

@@ -1,0 +1,701 @@
+"""ATIF trajectories: the agent's log in; a typed record and an ATIF-v1.8 document out.
+
+Graders never watch the agent; they read what it wrote down. The agent writes an ATIF *log*
+(`trajectory.atif.jsonl`: one `session` record, then `step` records, then at most one `end` record, one
+JSON object a line) because a killed process loses at most the line it was writing. The runner keeps the
+*document* form (Harbor RFC 0001, ATIF-v1.8) as `trajectory.json`, and graders read from this module:
+the final agent message (`last_message`), every call with its operation names and input
+(`operation_used`, `operation_order`), the document's JSON text (`trajectory` regex focus) and the bounded
+view a door grader is shown.
+
+The log → document rendering follows the reference's `crates/atif` exactly where a digest depends on it
+(its NIP-ATIF fixture's `steps_digest` is reproduced by `tests/engine/run/test_trajectory.py`): steps
+numbered from 1, an ISO-8601 millisecond timestamp, lowercase sources, an agent step's call as
+`tool_calls` + `observation`, its tokens as `metrics`. Reading recovers as the reference's reader does:
+a line that does not read is a `LogFault` and the rest still reads; `whole=True` refuses any fault or a
+missing `end` record. Any 1.x version is accepted and relabelled ATIF-v1.8 (every 1.x revision is
+additive); the declared one is kept. The only exception that leaves this module is `TrajectoryError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from eval_runner.contracts import strict_json
+from eval_runner.contracts.errors import ContractError
+
+#: A decoded JSON value; readers narrow it at once.
+JsonValue = Any
+
+SCHEMA_VERSION = "ATIF-v1.8"
+SUPPORTED_VERSIONS = tuple(f"ATIF-v1.{minor}" for minor in range(9))
+#: What the reference's renderer names the agent and itself in a document.
+AGENT_NAME = "openagents-coder"
+EXPORTER = "openagents.atif.v1"
+#: A call whose `extra.schema` says this is a question put to a decision door, not work done.
+DECISION_CALL_SCHEMA = "openagents.decision-call.v1"
+ENDED = "ended"
+INTERRUPTED = "interrupted"
+MAX_TRAJECTORY_BYTES = 64 * 1024 * 1024
+#: Steps a door grader sees from each end of a long trajectory.
+DOOR_STEPS = 12
+
+_U64 = 2**64 - 1
+_LOG_SOURCES = {"System": "system", "User": "user", "Agent": "agent"}
+_OUTCOMES = {"Completed": "completed", "Failed": "failed", "Cancelled": "cancelled"}
+_AGENT_ONLY = ("model_name", "reasoning_effort", "reasoning_content", "tool_calls", "metrics")
+
+
+class TrajectoryError(Exception):
+    """Bytes that are not an ATIF trajectory. `where` names the line or the field (`steps[2].source`)."""
+
+    def __init__(self, where: str, message: str) -> None:
+        self.where = where
+        self.message = message
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class Source(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    AGENT = "agent"
+
+
+@dataclass(frozen=True, slots=True)
+class LogFault:
+    """One log line that contributed nothing, with the reference's word for why (`torn`, `not_json`…)."""
+
+    line: int
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call a step made: a tool, a program step, a decision-door question."""
+
+    step_id: int
+    call_id: str
+    function_name: str
+    arguments: JsonValue
+    extra: JsonValue = None
+
+    @property
+    def operations(self) -> tuple[str, ...]:
+        """The names this call answers to: its function name, a Wasm guest's `operation` argument, and the
+        program step (`extra.step`) and program slug (`extra.program`) it ran — bounded fields only, never
+        prose (runner.md §13.2 lists slugs, step names and module operations as extension operations)."""
+        names = [self.function_name]
+        if isinstance(self.arguments, dict) and isinstance(self.arguments.get("operation"), str):
+            names.append(self.arguments["operation"])
+        if isinstance(self.extra, dict):
+            names.extend(self.extra[key] for key in ("step", "program") if isinstance(self.extra.get(key), str))
+        return tuple(dict.fromkeys(name for name in names if name))
+
+    def is_operation(self, operation: str) -> bool:
+        return operation in self.operations
+
+    @property
+    def input_text(self) -> str:
+        """What an `input_match` pattern reads: a shell call's command, else the arguments as compact JSON
+        with sorted keys (the reference's serde_json default map order)."""
+        if isinstance(self.arguments, dict) and isinstance(self.arguments.get("command"), str):
+            return str(self.arguments["command"])
+        return json.dumps(self.arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    @property
+    def is_decision(self) -> bool:
+        return isinstance(self.extra, dict) and self.extra.get("schema") == DECISION_CALL_SCHEMA
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationResult:
+    source_call_id: str | None
+    content: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step. `message` is the text (content parts' texts joined by newlines); `multimodal` says the
+    document held content parts rather than a string."""
+
+    step_id: int
+    source: Source
+    message: str
+    multimodal: bool = False
+    timestamp: str | None = None
+    model_name: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    observations: tuple[ObservationResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    name: str
+    version: str
+    model_name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Trajectory:
+    """A parsed trajectory and its ATIF-v1.8 document (what is kept as `trajectory.json`)."""
+
+    session_id: str
+    declared_version: str
+    agent: AgentInfo
+    steps: tuple[Step, ...]
+    state: str | None
+    faults: tuple[LogFault, ...] = ()
+    document: dict[str, JsonValue] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def whole(self) -> bool:
+        """Fit for evidence: every log line read and the session was not interrupted."""
+        return not self.faults and self.state != INTERRUPTED
+
+    @property
+    def final_message(self) -> str | None:
+        """The last agent step's text message that is not blank (what `last_message` graders read). As in
+        the reference, a step whose message is content parts does not count."""
+        for step in reversed(self.steps):
+            if step.source is Source.AGENT and not step.multimodal and step.message.strip():
+                return step.message
+        return None
+
+    @property
+    def calls(self) -> tuple[ToolCall, ...]:
+        """Every call in step order: each step's `tool_calls`, then a call kept under a non-agent step's
+        `extra.call` (where the reference's renderer puts one)."""
+        found: list[ToolCall] = []
+        for step, raw in zip(self.steps, self.document.get("steps", ()), strict=False):
+            found.extend(step.tool_calls)
+            extra = raw.get("extra") if isinstance(raw, dict) else None
+            call = extra.get("call") if isinstance(extra, dict) else None
+            if isinstance(call, dict):
+                found.append(_loose_call(step.step_id, call))
+        return tuple(found)
+
+    def calls_to(self, operation: str) -> tuple[ToolCall, ...]:
+        return tuple(call for call in self.calls if call.is_operation(operation))
+
+    def door_view(self) -> dict[str, JsonValue]:
+        """What a door grader sees: the first and last twelve steps and the final message."""
+        steps = list(self.document.get("steps", ()))
+        if len(steps) <= DOOR_STEPS * 2:
+            first, last, omitted = steps, [], 0
+        else:
+            first, last, omitted = steps[:DOOR_STEPS], steps[-DOOR_STEPS:], len(steps) - DOOR_STEPS * 2
+        return {"first_steps": first, "omitted_steps": omitted, "last_steps": last, "final_message": self.final_message}
+
+    def document_text(self) -> str:
+        """The document as compact JSON text (the `trajectory` focus of a regex grader)."""
+        return json.dumps(self.document, ensure_ascii=False, separators=(",", ":"))
+
+    def document_bytes(self) -> bytes:
+        """The document as kept, in the engine's document form: pretty, sorted keys, trailing newline."""
+        return strict_json.pretty(self.document)
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+
+
+def read_trajectory(path: Path, *, whole: bool = False, max_bytes: int = MAX_TRAJECTORY_BYTES) -> Trajectory:
+    """Reads either form from a file; errors name the file."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise TrajectoryError(path.name, f"cannot be read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        return parse_trajectory(data, whole=whole, max_bytes=max_bytes)
+    except TrajectoryError as exc:
+        raise TrajectoryError(f"{path.name}: {exc.where}" if exc.where else path.name, exc.message) from None
+
+
+def parse_trajectory(data: bytes, *, whole: bool = False, max_bytes: int = MAX_TRAJECTORY_BYTES) -> Trajectory:
+    """Either form: a first line that is an object with a `record` key makes it a log."""
+    first = data.split(b"\n", 1)[0].strip()
+    if first.startswith(b"{") and b'"record"' in first:
+        try:
+            head = _loads(first, "line 1")
+        except TrajectoryError:
+            head = None
+        if isinstance(head, dict) and "record" in head:
+            return parse_log(data, whole=whole, max_bytes=max_bytes)
+    return parse_document(data, max_bytes=max_bytes)
+
+
+def parse_document(data: bytes, *, max_bytes: int = MAX_TRAJECTORY_BYTES) -> Trajectory:
+    """An ATIF document (any 1.x), relabelled ATIF-v1.8."""
+    _check_size(data, max_bytes)
+    return _from_document(_loads(data, ""), ())
+
+
+def parse_log(
+    data: bytes, *, whole: bool = False, max_bytes: int = MAX_TRAJECTORY_BYTES, exported_at_ms: int | None = None
+) -> Trajectory:
+    """An ATIF log rendered as a document. `exported_at_ms` defaults to the log's own last time, so the same
+    bytes always render the same document."""
+    _check_size(data, max_bytes)
+    session, steps, end, faults, declared = _read_log(data)
+    if whole and faults:
+        raise TrajectoryError(f"line {faults[0].line}", f"the log is damaged ({faults[0].kind})")
+    if whole and end is None:
+        raise TrajectoryError("", "the log holds no end record: the session was interrupted")
+    started = session["at"]
+    last = end[0] if end is not None else (steps[-1]["at"] if steps else started)
+    state = end[1] if end is not None else INTERRUPTED
+    directive = session["directive"] or next((s["message"] for s in steps if s["source"] == "user"), "")
+    document = _render(session, steps, faults, state, directive, max(last - started, 0) // 1000)
+    document["extra"]["exported_at"] = _iso(last if exported_at_ms is None else exported_at_ms)
+    return _from_document(document, tuple(faults), declared=declared)
+
+
+def atif_digest(value: JsonValue) -> str:
+    """The reference's ATIF digest: object keys sorted at every depth, compact JSON, SHA-256 hex. (Float
+    spelling may differ from serde's for some values; step digests hold no floats.)"""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------ JSON reading
+
+
+def _check_size(data: bytes, max_bytes: int) -> None:
+    if len(data) > max_bytes:
+        raise TrajectoryError("", f"larger than {max_bytes} bytes")
+
+
+def _loads(data: bytes, where: str) -> JsonValue:
+    """Strict JSON (duplicate keys, non-finite numbers, integers beyond ±(2^53 − 1), unpaired surrogates
+    and nesting past 64 refused), so nothing downstream can meet an ambiguous or unencodable value."""
+    try:
+        return strict_json.read(data, max_bytes=max(len(data), 1))
+    except ContractError as exc:
+        raise TrajectoryError(where, f"not strict JSON ({exc.message[:120]})") from None
+
+
+def _u64(value: JsonValue) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _U64
+
+
+# ------------------------------------------------------------------------------------------------- log form
+
+
+def _read_log(data: bytes) -> tuple[dict[str, Any], list[dict[str, Any]], tuple[int, str] | None, list[LogFault], str]:
+    lines = data.split(b"\n")
+    torn = lines[-1] != b""
+    if not torn:
+        lines.pop()
+    session: dict[str, Any] | None = None
+    declared = ""
+    steps: list[dict[str, Any]] = []
+    end: tuple[int, str] | None = None
+    faults: list[LogFault] = []
+    for number, raw in enumerate(lines, start=1):
+        kind = _read_line(raw, torn and number == len(lines), session is not None, end is not None)
+        if isinstance(kind, str):
+            faults.append(LogFault(number, kind))
+            continue
+        if kind is None:
+            continue
+        record = kind
+        at = record["at"] if _u64(record.get("at")) else 0
+        if record["record"] == "session":
+            version = record.get("schema_version")
+            if isinstance(version, str) and version not in SUPPORTED_VERSIONS:
+                faults.append(LogFault(number, "unsupported_version"))
+                continue
+            parsed = _log_session(record.get("session"), at)
+            if parsed is None:
+                faults.append(LogFault(number, "bad_session"))
+                continue
+            session, declared = parsed, version if isinstance(version, str) else ""
+        elif record["record"] == "step":
+            step = _log_step(record.get("step"))
+            if step is None:
+                faults.append(LogFault(number, "bad_step"))
+            else:
+                steps.append(step)
+        else:
+            state = record.get("state")
+            end = (at, state if isinstance(state, str) else ENDED)
+    if session is None:
+        raise TrajectoryError("", "the log holds no session record")
+    return session, steps, end, faults, declared
+
+
+def _read_line(raw: bytes, torn: bool, opened: bool, closed: bool) -> dict[str, Any] | str | None:
+    """A line's record, a fault word, or None for a blank line."""
+    if torn:
+        return "torn"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not_utf8"
+    if not text.strip():
+        return None
+    try:
+        record = _loads(raw, "")
+    except TrajectoryError:
+        return "not_json"
+    if not isinstance(record, dict):
+        return "not_json"
+    kind = record.get("record")
+    if kind not in ("session", "step", "end"):
+        return "unknown_record"
+    if closed:
+        return "repeated_end" if kind == "end" else "after_end"
+    if not opened and kind != "session":
+        return "before_session"
+    if opened and kind == "session":
+        return "repeated_session"
+    return record
+
+
+def _log_session(value: JsonValue, at: int) -> dict[str, Any] | None:
+    if not isinstance(value, dict):
+        return None
+    required = ("id", "model", "door", "repository", "version")
+    if not all(isinstance(value.get(key), str) for key in required):
+        return None
+    for key in ("directive", "state"):
+        if value.get(key) is not None and not isinstance(value[key], str):
+            return None
+    if value.get("seconds") is not None and not _u64(value["seconds"]):
+        return None
+    session = {key: value[key] for key in required}
+    session["directive"] = value.get("directive") or ""
+    session["at"] = at
+    return session
+
+
+def _log_step(value: JsonValue) -> dict[str, Any] | None:
+    """A log step in the reference's serde shape (`source: "Agent"`, `tokens: [p, c]`), or None."""
+    if not isinstance(value, dict) or not _u64(value.get("at")) or not isinstance(value.get("message"), str):
+        return None
+    source = value.get("source")
+    if not isinstance(source, str) or source not in _LOG_SOURCES:
+        return None
+    step: dict[str, Any] = {"at": value["at"], "source": _LOG_SOURCES[source], "message": value["message"]}
+    for key in ("reasoning", "model"):
+        if value.get(key) is not None and not isinstance(value[key], str):
+            return None
+        step[key] = value.get(key)
+    tokens = value.get("tokens")
+    if tokens is not None and not (isinstance(tokens, list) and len(tokens) == 2 and all(map(_u64, tokens))):
+        return None
+    step["tokens"] = tokens
+    if value.get("milliseconds") is not None and not _u64(value["milliseconds"]):
+        return None
+    step["milliseconds"] = value.get("milliseconds")
+    extensions = value.get("extensions", {})
+    if not isinstance(extensions, dict):
+        return None
+    step["extensions"] = extensions
+    call = value.get("call")
+    if call is not None:
+        step["call"] = _log_call(call)
+        if step["call"] is None:
+            return None
+    else:
+        step["call"] = None
+    return step
+
+
+def _log_call(call: JsonValue) -> dict[str, Any] | None:
+    if not isinstance(call, dict) or "arguments" not in call:
+        return None
+    if not all(isinstance(call.get(key), str) for key in ("id", "name", "output")):
+        return None
+    if call.get("outcome") not in _OUTCOMES or not _u64(call.get("milliseconds")):
+        return None
+    if call.get("purpose") is not None and not isinstance(call["purpose"], str):
+        return None
+    extra = call.get("extra", {})
+    if not isinstance(extra, dict):
+        return None
+    return {**call, "outcome": _OUTCOMES[call["outcome"]], "extra": extra}
+
+
+def _render(
+    session: dict[str, Any],
+    steps: list[dict[str, Any]],
+    faults: list[LogFault],
+    state: str,
+    directive: str,
+    seconds: int,
+) -> dict[str, Any]:
+    rendered = [_render_step(step, ordinal, session["model"]) for ordinal, step in enumerate(steps, start=1)]
+    calls = [step["call"] for step in steps if step["call"] is not None]
+    tool_calls = [call for call in calls if call["extra"].get("schema") != DECISION_CALL_SCHEMA]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "session_id": session["id"],
+        "trajectory_id": session["id"],
+        "agent": {
+            "name": AGENT_NAME,
+            "version": session["version"],
+            "model_name": session["model"],
+            "extra": {"door": session["door"]},
+        },
+        "steps": rendered,
+        "final_metrics": {
+            "total_prompt_tokens": sum(step["tokens"][0] for step in steps if step["tokens"]),
+            "total_completion_tokens": sum(step["tokens"][1] for step in steps if step["tokens"]),
+            "total_steps": len(steps),
+            "extra": {
+                "door": session["door"],
+                "calls_total": len(calls),
+                "tool_calls_total": len(tool_calls),
+                "tool_calls_failed": sum(1 for call in tool_calls if call["outcome"] == "failed"),
+                "wall_seconds": seconds,
+            },
+        },
+        "extra": {
+            "exporter": EXPORTER,
+            "exported_at": "",
+            "repository": session["repository"],
+            "directive": directive,
+            "state": state,
+            "unreadable_lines": len(faults),
+            "faults": [{"line": fault.line, "fault": fault.kind} for fault in faults],
+        },
+    }
+
+
+def _render_step(step: dict[str, Any], ordinal: int, model: str) -> dict[str, Any]:
+    agent = step["source"] == "agent"
+    call = step["call"]
+    out: dict[str, Any] = {
+        "step_id": ordinal,
+        "timestamp": _iso(step["at"]),
+        "source": step["source"],
+        "message": step["message"],
+    }
+    if agent:
+        out["model_name"] = step["model"] if step["model"] is not None else model
+        if step["reasoning"] is not None:
+            out["reasoning_content"] = step["reasoning"]
+    if agent and call is not None:
+        tool_call: dict[str, Any] = {
+            "tool_call_id": call["id"],
+            "function_name": call["name"],
+            "arguments": call["arguments"],
+        }
+        if call["extra"]:
+            tool_call["extra"] = call["extra"]
+        out["tool_calls"] = [tool_call]
+        result = {"status": call["outcome"], "duration_ms": call["milliseconds"]}
+        out["observation"] = {"results": [{"source_call_id": call["id"], "content": call["output"], "extra": result}]}
+    if agent and step["tokens"] is not None:
+        out["metrics"] = {"prompt_tokens": step["tokens"][0], "completion_tokens": step["tokens"][1]}
+    extra = dict(step["extensions"])
+    if step["milliseconds"] is not None:
+        extra["duration_ms"] = step["milliseconds"]
+    if call is not None and not agent:
+        # ATIF keeps tool_calls for agent steps; a call on another source is still evidence.
+        extra["call"] = {
+            "tool_call_id": call["id"],
+            "function_name": call["name"],
+            "arguments": call["arguments"],
+            "content": call["output"],
+            "status": call["outcome"],
+            "duration_ms": call["milliseconds"],
+        }
+    if call is not None and call.get("purpose") is not None:
+        extra["purpose"] = call["purpose"]
+    if extra:
+        out["extra"] = extra
+    return out
+
+
+def _iso(at_ms: int) -> str:
+    """ISO 8601 UTC to the millisecond for any u64 (civil-from-days, so no datetime range limit)."""
+    seconds, millis = divmod(at_ms, 1000)
+    days, day_seconds = divmod(seconds, 86_400)
+    shifted = days + 719_468
+    era = shifted // 146_097
+    day_of_era = shifted - era * 146_097
+    year_of_era = (day_of_era - day_of_era // 1_460 + day_of_era // 36_524 - day_of_era // 146_096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    month_prime = (5 * day_of_year + 2) // 153
+    day = day_of_year - (153 * month_prime + 2) // 5 + 1
+    month = month_prime + 3 if month_prime < 10 else month_prime - 9
+    year = year_of_era + era * 400 + (1 if month <= 2 else 0)
+    hours, rest = divmod(day_seconds, 3600)
+    return f"{year:04}-{month:02}-{day:02}T{hours:02}:{rest // 60:02}:{rest % 60:02}.{millis:03}Z"
+
+
+# -------------------------------------------------------------------------------------------- document form
+
+
+def _from_document(value: JsonValue, faults: tuple[LogFault, ...], *, declared: str | None = None) -> Trajectory:
+    doc = _object(value, "")
+    version = doc.get("schema_version")
+    if not isinstance(version, str):
+        raise TrajectoryError("schema_version", "missing or not a string")
+    if version not in SUPPORTED_VERSIONS:
+        raise TrajectoryError("schema_version", f"unsupported ATIF version {version[:40]!r}")
+    session_id = _required(doc, "session_id", "")
+    agent = _object(doc.get("agent"), "agent")
+    info = AgentInfo(
+        _required(agent, "name", "agent"),
+        _required(agent, "version", "agent"),
+        _text(agent, "model_name", "agent"),
+    )
+    raw_steps = doc.get("steps")
+    if not isinstance(raw_steps, list):
+        raise TrajectoryError("steps", "missing or not an array")
+    steps = tuple(_step(raw, f"steps[{index}]") for index, raw in enumerate(raw_steps))
+    _text(doc, "notes", "")
+    for key in ("final_metrics", "extra"):
+        if doc.get(key) is not None:
+            _object(doc[key], key)
+    extra = doc.get("extra")
+    state = extra.get("state") if isinstance(extra, dict) and isinstance(extra.get("state"), str) else None
+    document = dict(doc)
+    document["schema_version"] = SCHEMA_VERSION
+    return Trajectory(session_id, declared or version, info, steps, state or None, faults, document)
+
+
+def _object(value: JsonValue, where: str) -> dict[str, JsonValue]:
+    if not isinstance(value, dict):
+        raise TrajectoryError(where, "not an object")
+    return value
+
+
+def _text(obj: dict[str, JsonValue], key: str, where: str) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise TrajectoryError(f"{where}.{key}" if where else key, "not a string")
+    return value
+
+
+def _required(obj: dict[str, JsonValue], key: str, where: str) -> str:
+    value = _text(obj, key, where)
+    if value is None:
+        raise TrajectoryError(f"{where}.{key}" if where else key, "missing")
+    return value
+
+
+def _step(value: JsonValue, where: str) -> Step:
+    raw = _object(value, where)
+    step_id = raw.get("step_id")
+    if not isinstance(step_id, int) or isinstance(step_id, bool) or not 1 <= step_id <= _U64:
+        raise TrajectoryError(f"{where}.step_id", "not an integer from 1")
+    source_word = raw.get("source")
+    if source_word not in ("system", "user", "agent"):
+        raise TrajectoryError(f"{where}.source", "not one of system, user, agent")
+    source = Source(source_word)
+    if source is not Source.AGENT:
+        for key in _AGENT_ONLY:
+            if raw.get(key) is not None:
+                raise TrajectoryError(f"{where}.{key}", "only an agent step may carry it")
+    if "message" not in raw:
+        raise TrajectoryError(f"{where}.message", "missing")
+    message, multimodal = _content(raw["message"], f"{where}.message", nullable=False)
+    effort = raw.get("reasoning_effort")
+    if effort is not None and (isinstance(effort, bool) or not isinstance(effort, str | int | float)):
+        raise TrajectoryError(f"{where}.reasoning_effort", "not a string or a number")
+    for key in ("metrics", "extra"):
+        if raw.get(key) is not None:
+            _object(raw[key], f"{where}.{key}")
+    return Step(
+        step_id=step_id,
+        source=source,
+        message=message or "",
+        multimodal=multimodal,
+        timestamp=_text(raw, "timestamp", where),
+        model_name=_text(raw, "model_name", where),
+        reasoning_content=_text(raw, "reasoning_content", where),
+        tool_calls=_tool_calls(raw.get("tool_calls"), step_id, f"{where}.tool_calls"),
+        observations=_observation(raw.get("observation"), f"{where}.observation"),
+    )
+
+
+def _tool_calls(value: JsonValue, step_id: int, where: str) -> tuple[ToolCall, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise TrajectoryError(where, "not an array")
+    calls = []
+    for index, item in enumerate(value):
+        at = f"{where}[{index}]"
+        call = _object(item, at)
+        if "arguments" not in call:
+            raise TrajectoryError(f"{at}.arguments", "missing")
+        if call.get("extra") is not None:
+            _object(call["extra"], f"{at}.extra")
+        calls.append(
+            ToolCall(
+                step_id,
+                _required(call, "tool_call_id", at),
+                _required(call, "function_name", at),
+                call["arguments"],
+                call.get("extra"),
+            )
+        )
+    return tuple(calls)
+
+
+def _loose_call(step_id: int, call: dict[str, JsonValue]) -> ToolCall:
+    """A call kept under `extra`: custom data, so read leniently."""
+    call_id, name = call.get("tool_call_id"), call.get("function_name")
+    return ToolCall(
+        step_id,
+        call_id if isinstance(call_id, str) else "",
+        name if isinstance(name, str) else "",
+        call.get("arguments"),
+        call.get("extra"),
+    )
+
+
+def _observation(value: JsonValue, where: str) -> tuple[ObservationResult, ...]:
+    if value is None:
+        return ()
+    results = _object(value, where).get("results")
+    if not isinstance(results, list):
+        raise TrajectoryError(f"{where}.results", "missing or not an array")
+    out = []
+    for index, item in enumerate(results):
+        at = f"{where}.results[{index}]"
+        result = _object(item, at)
+        content, _ = _content(result.get("content"), f"{at}.content", nullable=True)
+        refs = result.get("subagent_trajectory_ref")
+        if refs is not None and not isinstance(refs, list):
+            raise TrajectoryError(f"{at}.subagent_trajectory_ref", "not an array")
+        out.append(ObservationResult(_text(result, "source_call_id", at), content))
+    return tuple(out)
+
+
+def _content(value: JsonValue, where: str, *, nullable: bool) -> tuple[str | None, bool]:
+    """A message or observation content: a string, or (v1.6+) an array of closed content parts."""
+    if isinstance(value, str):
+        return value, False
+    if value is None and nullable:
+        return None, False
+    if not isinstance(value, list):
+        raise TrajectoryError(where, "not a string or an array of content parts")
+    texts = []
+    for index, part in enumerate(value):
+        at = f"{where}[{index}]"
+        obj = _object(part, at)
+        if set(obj) - {"type", "text", "source"}:
+            raise TrajectoryError(at, "a content part holds a field it does not allow")
+        kind, text, source = obj.get("type"), obj.get("text"), obj.get("source")
+        if kind == "text":
+            if not isinstance(text, str) or source is not None:
+                raise TrajectoryError(at, "a text part needs a string 'text' and no 'source'")
+            texts.append(text)
+        elif kind in ("image", "audio"):
+            if not isinstance(source, dict) or text is not None:
+                raise TrajectoryError(at, f"an {kind} part needs a 'source' object and no 'text'")
+        else:
+            raise TrajectoryError(f"{at}.type", "not one of text, image, audio")
+    return "\n".join(texts), True

@@ -1,0 +1,612 @@
+"""One run: one agent turn, in its sandbox, under the child contract (runner.md §13.4).
+
+`run_once` lays out the run directory, opens the run's door proxies on Unix sockets inside it, builds
+the only environment the agent gets, starts the agent in the sandbox (`engine/run/sandbox.py`) with
+`<agent> --prompt-file <root>/prompt.md --trace <root>/out/trajectory.atif.jsonl --json` in `home/cwd`,
+waits for its exit, the deadline or a cancel, decides the outcome, and collects what it left
+(`engine/run/collect.py`) with every secret scrubbed. The workspace (`home/cwd`) stays for file graders
+until the caller closes the record's `Workspace`; everything else of the run directory is removed at
+once.
+
+Run directory (`<temp root>/oa-eval-XXXXXX`, canonical path, the same path inside the sandbox):
+
+    home/                 HOME (read-only)
+      cwd/                working directory, the case's fixtures; writable when `write` is granted
+      .openagents/        OPENAGENTS_HOME (writable): questions/, programs/<slug>.json
+    out/                  writable: stdout.jsonl, stderr.txt, trajectory.atif.jsonl, trace/
+    tmp/                  TMPDIR, TMP (writable, mode 0700)
+    door/                 the door proxies' sockets (ours; the agent reaches them through the bridge)
+    prompt.md, guidance.md
+
+Outcomes: `completed`; `cancelled`; `errored(<reason>)` with the reference's reasons `timeout`,
+`auth_failed`, `unconfined_host`, `env_var_rejected`, `refused` (the run directory or a door could not
+be set up, or a grant the sandbox cannot honour: `network`), and ours: `crashed` (the agent's own
+process was killed by a signal the runner did not send: a segfault, an abort on a failed allocation
+under the address-space limit, SIGXCPU; the reference ignores how the agent exited, but such a turn did
+not finish), `memory_limit` (the sandbox's processes together held more than `Limits.memory` when the
+runner measured them, so it stopped the sandbox; what the agent did about a refused allocation does not
+matter), `spawn_failed` (the agent could not be executed) and `sandbox_failed` (bubblewrap or the
+bridge failed; its message is in the record's stderr). An exit code alone never makes a run errored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeVar
+
+from eval_runner.engine.run.collect import (
+    CreatedFile,
+    created_files,
+    last_cost,
+    read_file,
+    remove_tree,
+    scrub,
+    sha256_digest,
+    signature,
+)
+from eval_runner.engine.run.leftovers import mark_owner
+from eval_runner.engine.run.sandbox import (
+    GRACE_SECONDS,
+    SANDBOX_USER,
+    Confinement,
+    Ended,
+    Launch,
+    Limits,
+    Stop,
+    Unconfined,
+    run_confined,
+)
+from eval_runner.engine.testset.cases import ENV_KEY, Operation
+
+#: Ports the bridge listens on inside the sandbox (its loopback is its own, so any port is free).
+CODER_DOOR_PORT = 8401
+DECISION_DOOR_PORT = 8402
+DEFAULT_DEADLINE_SECONDS = 300.0
+#: The trajectory log is read up to this size (trajectory.py's bound).
+MAX_TRAJECTORY_BYTES = 64 * 1024 * 1024
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: The library directories of an interpreter's install that a script's interpreter may need.
+_LIBRARY_DIRS = ("lib", "lib64", "lib32")
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """`completed`, `cancelled` or `errored(<reason>)`; `str()` gives the outcome words."""
+
+    word: Literal["completed", "errored", "cancelled"]
+    reason: str | None = None
+
+    def __str__(self) -> str:
+        return f"errored({self.reason})" if self.word == "errored" else self.word
+
+
+COMPLETED = RunOutcome("completed")
+CANCELLED = RunOutcome("cancelled")
+
+
+def errored(reason: str) -> RunOutcome:
+    return RunOutcome("errored", reason)
+
+
+class RunDoorProxy(Protocol):
+    """A per-run door proxy (`engine/run/door_proxy.py`'s `DoorProxy`): listens on the socket path it was made
+    with once started; `token` is the agent's credential; `auth_failed` whether the door refused it."""
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def auth_failed(self) -> bool: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+#: Builds an unstarted proxy listening on the given socket path, e.g.
+#: `functools.partial(DoorProxy, door_url, door_key)`.
+DoorFactory = Callable[[Path], RunDoorProxy]
+
+
+@dataclass(frozen=True, slots=True)
+class DoorSetup:
+    """The run's doors: the model door (`CODER_DOOR_URL`/`CODER_DOOR_KEY`) and, when a decision door is
+    pinned, the decision door (`TYPESAFE_BASE_URL`/`TYPESAFE_API_KEY`)."""
+
+    coder: DoorFactory
+    decision: DoorFactory | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """Everything one run needs. `fixtures`, `programs` and `questions` are `(path or name, bytes)`;
+    `env` is the case's `run.env` (only `OA_EVAL_*` keys may run); `secrets` are the real keys (door,
+    decision, fallbacks) to scrub besides the proxies' tokens; `read_only_paths` are extra host paths
+    the agent needs to see (the agent itself and a script's interpreter are added on their own);
+    `hidden` are directories that must stay out of sight (the temp root always is)."""
+
+    agent: Path
+    prompt: str
+    model: str
+    temp_root: Path
+    fixtures: tuple[tuple[str, bytes], ...] = ()
+    grants: frozenset[Operation] = frozenset({Operation.READ})
+    guidance: str | None = None
+    programs: tuple[tuple[str, bytes], ...] = ()
+    questions: tuple[tuple[str, bytes], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    deadline_seconds: float = DEFAULT_DEADLINE_SECONDS
+    secrets: tuple[str, ...] = ()
+    read_only_paths: tuple[Path, ...] = ()
+    limits: Limits = field(default_factory=Limits)
+    #: Directories no run may see, whatever the agent's path: besides the temp root (every run's
+    #: directories), the caller's state and results directories.
+    hidden: tuple[Path, ...] = ()
+
+
+class Workspace:
+    """The run's working directory, kept for file graders until `close()` removes the run directory."""
+
+    def __init__(self, root: Path, path: Path) -> None:
+        self._root = root
+        self.path = path
+
+    def close(self) -> None:
+        remove_tree(self._root)
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Workspace({str(self.path)!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """What one run produced, secrets scrubbed. `created_complete` is False when the workspace held more
+    created entries than are recorded; `detail` says why an errored run errored (no secrets)."""
+
+    outcome: RunOutcome
+    seconds: float
+    cost_usd: float | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    trajectory: bytes | None = None
+    created: tuple[CreatedFile, ...] = ()
+    created_complete: bool = True
+    workspace: Workspace | None = None
+    detail: str | None = None
+
+
+class _RefusedError(Exception):
+    """The run directory or a door cannot be set up: the run is `errored(refused)`."""
+
+
+@dataclass(slots=True)
+class _Layout:
+    root: Path
+    agent: Path
+    before: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def cwd(self) -> Path:
+        return self.root / "home" / "cwd"
+
+    @property
+    def openagents(self) -> Path:
+        return self.root / "home" / ".openagents"
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    @property
+    def tmp(self) -> Path:
+        return self.root / "tmp"
+
+    @property
+    def door(self) -> Path:
+        return self.root / "door"
+
+
+async def run_once(
+    spec: RunSpec,
+    *,
+    confinement: Confinement | Unconfined,
+    door: DoorSetup | None,
+    cancel: asyncio.Event,
+    grace: float = GRACE_SECONDS,
+) -> RunRecord:
+    """One agent turn under the child contract. Never raises for anything the run itself did; the
+    caller's cancellation of this coroutine kills the sandbox and removes the run directory."""
+    if cancel.is_set():
+        return RunRecord(CANCELLED, 0.0)
+    rejected = next((key for key, value in spec.env if not ENV_KEY.fullmatch(key) or "\0" in value), None)
+    if rejected is not None:
+        detail = f"run.env key {rejected!r} is not OA_EVAL_[A-Z0-9_]* or its value holds a NUL"
+        return RunRecord(errored("env_var_rejected"), 0.0, detail=detail)
+    if isinstance(confinement, Unconfined):
+        return RunRecord(errored("unconfined_host"), 0.0, detail=confinement.reason)
+    if Operation.NETWORK in spec.grants:
+        return RunRecord(errored("refused"), 0.0, detail="the sandbox has no network to grant")
+    try:
+        layout = await _off_loop(_lay_out, (spec, confinement), undo=lambda made: remove_tree(made.root))
+    except _RefusedError as exc:
+        return RunRecord(errored("refused"), 0.0, detail=str(exc))
+    proxies: list[RunDoorProxy] = []
+    try:
+        try:
+            doors = await _open_doors(door, layout, confinement, proxies)
+        except _RefusedError as exc:
+            await _close_all(proxies)
+            remove_tree(layout.root)
+            return RunRecord(errored("refused"), 0.0, detail=str(exc))
+        launch = Launch(
+            root=layout.root,
+            command=(
+                str(layout.agent),
+                "--prompt-file",
+                str(layout.root / "prompt.md"),
+                "--trace",
+                str(layout.out / "trajectory.atif.jsonl"),
+                "--json",
+            ),
+            cwd=layout.cwd,
+            stdout=layout.out / "stdout.jsonl",
+            stderr=layout.out / "stderr.txt",
+            home=layout.home,
+            writable=_writable(layout, spec.grants),
+            read_only=_visible_paths(spec, layout, confinement),
+            env=_environment(spec, layout, proxies, door),
+            doors=tuple(doors),
+            deadline_seconds=spec.deadline_seconds,
+            limits=spec.limits,
+        )
+        ended = await run_confined(confinement, launch, cancel=cancel, grace=grace)
+        auth_failed = any(proxy.auth_failed for proxy in proxies)
+    except BaseException:
+        await _close_all(proxies)
+        remove_tree(layout.root)
+        raise
+    await _close_all(proxies)
+    secrets = _secret_bytes(spec, proxies)
+    try:
+        return await _off_loop(_record, (ended, auth_failed, layout, secrets))
+    except BaseException:
+        remove_tree(layout.root)
+        raise
+
+
+async def _off_loop(
+    function: Callable[..., _T], args: tuple[Any, ...], *, undo: Callable[[_T], object] | None = None
+) -> _T:
+    """Blocking file work (laying out, hashing, reading back) in a thread, so concurrent runs and their
+    door proxies never wait on it. A caller cancelled meanwhile still waits for the work to end (it
+    touches the run directory the caller then removes), and `undo` gets what it made."""
+    work = asyncio.ensure_future(asyncio.to_thread(function, *args))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            made = await work
+            if undo is not None:
+                undo(made)
+        raise
+
+
+def _record(ended: Ended, auth_failed: bool, layout: _Layout, secrets: Sequence[bytes]) -> RunRecord:
+    outcome, detail = _outcome(ended, auth_failed)
+    stdout = scrub(ended.stdout, secrets)
+    trajectory = read_file(layout.out / "trajectory.atif.jsonl", MAX_TRAJECTORY_BYTES)
+    created, complete = created_files(layout.cwd, layout.before, secrets)
+    for leftover in (layout.out, layout.tmp, layout.openagents, layout.door, layout.root / "agent"):
+        remove_tree(leftover)
+    return RunRecord(
+        outcome=outcome,
+        seconds=ended.seconds,
+        cost_usd=last_cost(stdout),
+        stdout=stdout,
+        stderr=scrub(ended.stderr, secrets),
+        trajectory=None if trajectory is None else scrub(trajectory, secrets),
+        created=created,
+        created_complete=complete,
+        workspace=Workspace(layout.root, layout.cwd),
+        detail=detail,
+    )
+
+
+def _outcome(ended: Ended, auth_failed: bool) -> tuple[RunOutcome, str | None]:
+    if ended.stop is Stop.TIMEOUT:
+        return errored("timeout"), None
+    if (ended.status or "").startswith("overdue "):
+        return errored("timeout"), "the sandbox ended itself past the deadline"
+    if ended.stop is Stop.CANCELLED:
+        return CANCELLED, None
+    if ended.stop is Stop.MEMORY:
+        held = (ended.memory or 0) >> 20
+        return errored("memory_limit"), f"the sandbox's processes held {held} MiB, over the run's memory budget"
+    if ended.stop is Stop.DISK:
+        return errored("disk_limit"), ended.disk
+    if not ended.agent_started:
+        if (ended.status or "").startswith("nostart "):
+            return errored("spawn_failed"), ended.status
+        return errored("sandbox_failed"), ended.status
+    if auth_failed:
+        return errored("auth_failed"), None
+    if ended.signal is not None:
+        return errored("crashed"), f"the agent was killed by signal {ended.signal}"
+    return COMPLETED, None
+
+
+# --------------------------------------------------------------------------------------------------
+# Layout
+
+
+def _lay_out(spec: RunSpec, confinement: Confinement) -> _Layout:
+    owner = confinement.owner()
+    write = Operation.WRITE in spec.grants
+    try:
+        root = Path(tempfile.mkdtemp(prefix="oa-eval-", dir=spec.temp_root)).resolve()
+    except OSError as exc:
+        raise _RefusedError(f"cannot make the run directory in {spec.temp_root}: {exc.strerror}") from None
+    layout = _Layout(root, Path(os.path.abspath(spec.agent)))
+    try:
+        os.chmod(root, 0o755)  # noqa: S103 - the sandbox user reads it; nothing secret is in it
+        mark_owner(root)
+        if owner is not None and not reachable(layout.agent, *owner):
+            layout.agent = _staged_agent(layout.agent, root)
+        _make_dir(layout.home, 0o755, None)
+        _make_dir(layout.cwd, 0o755, owner if write else None)
+        for directory in (layout.openagents, layout.openagents / "questions", layout.openagents / "programs"):
+            _make_dir(directory, 0o755, owner)
+        _make_dir(layout.out, 0o755, owner)
+        _make_dir(layout.out / "trace", 0o755, owner)
+        _make_dir(layout.tmp, 0o700, owner)
+        _make_dir(layout.door, 0o755, None)
+        _write(root / "prompt.md", spec.prompt.encode(), None)
+        if spec.guidance is not None:
+            _write(root / "guidance.md", spec.guidance.encode(), None)
+        for slug, data in _named(spec.programs, "program slug"):
+            _write(layout.openagents / "programs" / f"{slug}.json", data, owner)
+        for name, data in _named(spec.questions, "question set name"):
+            _write(layout.openagents / "questions" / name, data, owner)
+        for path, data in spec.fixtures:
+            parts = _fixture_parts(path)
+            directory = layout.cwd
+            for part in parts[:-1]:
+                directory = directory / part
+                if not directory.is_dir():
+                    _make_dir(directory, 0o755, owner if write else None)
+            _write(directory / parts[-1], data, owner if write else None)
+            layout.before["/".join(parts)] = signature(data)
+    except (OSError, _RefusedError) as exc:
+        remove_tree(root)
+        if isinstance(exc, _RefusedError):
+            raise
+        raise _RefusedError(f"cannot lay out the run directory: {exc.strerror or exc}") from None
+    return layout
+
+
+def _named(items: Sequence[tuple[str, bytes]], what: str) -> list[tuple[str, bytes]]:
+    seen: dict[str, bytes] = {}
+    for name, data in items:
+        if not _NAME.fullmatch(name):
+            raise _RefusedError(f"{what} {name!r} is not a plain file name")
+        seen.setdefault(name, data)
+    return list(seen.items())
+
+
+def _fixture_parts(path: str) -> list[str]:
+    parts = path.split("/")
+    if not path or "\0" in path or any(part in ("", ".", "..") for part in parts):
+        raise _RefusedError(f"fixture path {path!r} escapes cwd/")
+    return parts
+
+
+def _make_dir(path: Path, mode: int, owner: tuple[int, int] | None) -> None:
+    path.mkdir(mode=mode)
+    os.chmod(path, mode)
+    if owner is not None:
+        os.chown(path, *owner)
+
+
+def _write(path: Path, data: bytes, owner: tuple[int, int] | None) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as file:
+        file.write(data)
+        os.fchmod(fd, 0o644)
+        if owner is not None:
+            os.fchown(fd, *owner)
+
+
+def _writable(layout: _Layout, grants: frozenset[Operation]) -> tuple[Path, ...]:
+    """runner.md §13.5: `home/.openagents/`, `out/`, `tmp/`, and `home/cwd/` when write is granted."""
+    writable = (layout.openagents, layout.out, layout.tmp)
+    return (*writable, layout.cwd) if Operation.WRITE in grants else writable
+
+
+def _visible_paths(spec: RunSpec, layout: _Layout, confinement: Confinement) -> tuple[Path, ...]:
+    """What the agent sees besides the allowlist and its run directory: the agent at its own path, a
+    script's interpreter and the libraries of its install when the allowlist does not already show it,
+    and the caller's extras. Never a path that holds, or lies in, the temp root (every run's
+    directories) or one of `spec.hidden` (state, results): a refused path is left out, so an agent
+    that needs it fails to start rather than seeing what it must not."""
+    wanted = [layout.agent]
+    interpreter = _interpreter(layout.agent)
+    if interpreter is not None and not _visible(interpreter, confinement):
+        wanted += interpreter_paths(Path(interpreter))
+    wanted += [Path(os.path.abspath(path)) for path in spec.read_only_paths]
+    hidden = [Path(os.path.realpath(path)) for path in (spec.temp_root, *spec.hidden)]
+    visible: list[Path] = []
+    for path in dict.fromkeys(wanted):
+        real = Path(os.path.realpath(path))
+        if real == layout.root or layout.root in real.parents:
+            continue  # in this run's own directory, which is visible already
+        if any(real == root or root in real.parents or real in root.parents for root in hidden):
+            continue
+        visible.append(path)
+    return tuple(visible)
+
+
+def interpreter_paths(interpreter: Path) -> list[Path]:
+    """A script's interpreter and what it needs: the file at the path the script names and at its real
+    path, and, for an interpreter inside an install (`<prefix>/bin/<file>`), that install's library
+    directories, and a Python virtual environment's `pyvenv.cfg`. Never the prefix itself: `<prefix>`
+    may be a home or shared directory that holds anything."""
+    real = Path(os.path.realpath(interpreter))
+    paths = [interpreter, real]
+    prefixes = [file.parent.parent for file in (real, interpreter) if file.parent.name == "bin"]
+    for prefix in dict.fromkeys(prefixes):
+        if (prefix / "pyvenv.cfg").is_file():
+            paths.append(prefix / "pyvenv.cfg")
+        paths += [prefix / name for name in _LIBRARY_DIRS if (prefix / name).is_dir()]
+    return list(dict.fromkeys(paths))
+
+
+def reachable(path: Path, uid: int, gid: int) -> bool:
+    """Can `uid`/`gid` (without capabilities) search every directory above `path` and read it? (Whether it
+    may be run is the file's own business: a non-runnable agent fails to start wherever it lies.)"""
+    try:
+        checks = [(parent, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH) for parent in reversed(path.parents)]
+        checks.append((path, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH))
+        for where, user, group, other in checks:
+            found = os.stat(where)
+            need = user if found.st_uid == uid else group if found.st_gid == gid else other
+            if found.st_mode & need != need:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _staged_agent(agent: Path, root: Path) -> Path:
+    """A copy of the agent inside the run directory, for an agent the sandbox user cannot reach where it
+    is (a clone under /root, mode 0700, run as root): the same bytes the locks pin, readable and runnable
+    by that user. A script's interpreter is found as before, from its `#!` line."""
+    staged = root / "agent" / agent.name
+    _make_dir(staged.parent, 0o755, None)
+    shutil.copyfile(agent, staged)
+    # Readable by the sandbox user; runnable only if the original was runnable by someone.
+    runnable = os.stat(agent).st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    os.chmod(staged, 0o755 if runnable else 0o644)
+    return staged
+
+
+def _interpreter(agent: Path) -> str | None:
+    try:
+        with open(agent, "rb") as file:
+            head = file.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].split()
+    return os.fsdecode(words[0]) if words and words[0].startswith(b"/") else None
+
+
+def _visible(path: str, confinement: Confinement) -> bool:
+    roots = [*confinement.read_only, *(link for _, link in confinement.links)]
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+# --------------------------------------------------------------------------------------------------
+# Doors and environment
+
+
+async def _open_doors(
+    door: DoorSetup | None, layout: _Layout, confinement: Confinement, proxies: list[RunDoorProxy]
+) -> list[tuple[int, Path]]:
+    if door is None:
+        return []
+    wanted = [(door.coder, CODER_DOOR_PORT, layout.door / "coder")]
+    if door.decision is not None:
+        wanted.append((door.decision, DECISION_DOOR_PORT, layout.door / "decision"))
+    doors: list[tuple[int, Path]] = []
+    for factory, port, path in wanted:
+        try:
+            proxy = factory(path)
+            await proxy.start()
+        except Exception as exc:  # any failure to open a door refuses the run
+            raise _RefusedError(f"cannot open the run's door: {exc}") from None
+        proxies.append(proxy)
+        if (owner := confinement.owner()) is not None:
+            os.chown(path, *owner)
+        doors.append((port, path))
+    return doors
+
+
+async def _close_all(proxies: Sequence[RunDoorProxy]) -> None:
+    for proxy in proxies:
+        with contextlib.suppress(Exception):
+            await proxy.close()
+
+
+def _environment(
+    spec: RunSpec, layout: _Layout, proxies: Sequence[RunDoorProxy], door: DoorSetup | None
+) -> tuple[tuple[str, str], ...]:
+    """The only variables the agent gets (runner.md §13.4 step 8), in that order, then the case's."""
+    path = "/usr/bin:/bin:/usr/sbin:/sbin"
+    for extra in ("/opt/homebrew/bin", "/usr/local/bin"):
+        if os.path.isdir(extra):
+            path += ":" + extra
+    env = [
+        ("HOME", str(layout.home)),
+        ("OPENAGENTS_HOME", str(layout.openagents)),
+        ("TMPDIR", str(layout.tmp)),
+        ("TMP", str(layout.tmp)),
+        ("CODER_TRACE_DIR", str(layout.out / "trace")),
+        ("PATH", path),
+        ("LANG", "en_US.UTF-8"),
+        ("USER", SANDBOX_USER),
+        ("LOGNAME", SANDBOX_USER),
+        ("TERM", "dumb"),
+        ("NO_COLOR", "1"),
+        ("GIT_CEILING_DIRECTORIES", str(layout.root)),
+        ("GIT_CONFIG_NOSYSTEM", "1"),
+    ]
+    if proxies:
+        env += [("CODER_DOOR_URL", f"http://127.0.0.1:{CODER_DOOR_PORT}"), ("CODER_DOOR_KEY", proxies[0].token)]
+    env += [("CODER_MODEL", spec.model), ("CODER_DELEGATE", "off")]
+    if Operation.EXEC not in spec.grants:
+        env.append(("CODER_SHELL", "off"))
+    if door is not None and door.decision is not None and len(proxies) > 1:
+        env += [("TYPESAFE_BASE_URL", f"http://127.0.0.1:{DECISION_DOOR_PORT}"), ("TYPESAFE_API_KEY", proxies[1].token)]
+    slugs = [slug for slug, _ in _named(spec.programs, "program slug")]
+    env.append(("CODER_PROGRAMS", ",".join(slugs) or "none"))
+    effects = ["reads"]
+    if Operation.WRITE in spec.grants:
+        effects.append("writes")
+    if Operation.EXEC in spec.grants:
+        effects.append("subprocesses")
+    env.append(("CODER_PROGRAM_EFFECTS", ",".join(effects)))
+    if spec.guidance is not None:
+        env += [
+            ("CODER_GUIDANCE", str(layout.root / "guidance.md")),
+            ("CODER_GUIDANCE_DIGEST", sha256_digest(spec.guidance.encode())),
+        ]
+    env += list(spec.env)
+    return tuple(env)
+
+
+def _secret_bytes(spec: RunSpec, proxies: Sequence[RunDoorProxy]) -> list[bytes]:
+    secrets = {secret.encode() for secret in spec.secrets if secret}
+    secrets |= {proxy.token.encode() for proxy in proxies if proxy.token}
+    # Longest first, so a secret that contains another is replaced whole.
+    return sorted(secrets, key=len, reverse=True)

@@ -1,0 +1,1 @@
+"""Test sets: cases, their front matter, drafts, the suite documents, the catalog of extensions."""

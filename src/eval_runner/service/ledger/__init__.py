@@ -1,0 +1,1 @@
+"""The ledger: every claim and job, durable before anything is said."""

@@ -1,0 +1,312 @@
+"""The ledger's SQLite file: the per-key lock, the connection's pragmas, the schema and its migrations.
+
+`service.ledger` holds the rules; this module only makes a file safe to hold them. The connection runs in
+autocommit mode (`isolation_level=None`) so the ledger writes its own `BEGIN IMMEDIATE … COMMIT`; the
+journal is WAL with `synchronous=FULL`, so each commit is on disk when it returns; foreign keys are on, so
+aliases and progress notes never outlive their claim. The schema version is SQLite's `user_version`:
+each step in `MIGRATIONS` brings a file one version up, and a file newer than this code is refused
+rather than misread.
+
+The lock file (`<ledger>.<first 16 hex of the key>.lock`, flock, exclusive) is held for as long as a
+ledger is open, so two processes never run crash recovery under each other for the same runner key; the
+kernel drops it when the holder dies, SIGKILL included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Self
+
+from eval_runner.contracts.errors import Code, ContractError
+from eval_runner.service.ledger.claims import Claim, LedgerError, ProgressNote, claim_from_row, key_name
+
+LEDGER_FILE = "ledger.sqlite3"
+SCHEMA_VERSION = 1
+_PHASE_CHECK = "phase IN ('reserved','accepted','intended','running','terminal','unknown','tombstone')"
+SCHEMA = f"""
+CREATE TABLE claims (
+    key TEXT PRIMARY KEY,
+    worker TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    request TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    run TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    execute_event TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    deadline INTEGER NOT NULL,
+    retain_until INTEGER NOT NULL,
+    input_digest TEXT NOT NULL,
+    lock_digest TEXT NOT NULL,
+    mailbox TEXT NOT NULL,
+    controller TEXT NOT NULL,
+    record TEXT NOT NULL,
+    root BLOB NOT NULL,
+    root_digest TEXT NOT NULL,
+    phase TEXT NOT NULL CHECK ({_PHASE_CHECK}),
+    acknowledged INTEGER NOT NULL DEFAULT 0,
+    dispatch_intent INTEGER NOT NULL DEFAULT 0,
+    effect_started INTEGER NOT NULL DEFAULT 0,
+    observed INTEGER NOT NULL DEFAULT 0,
+    outcome TEXT CHECK (outcome IN ('completed','failed','cancelled','unknown')),
+    dispatched INTEGER,
+    result TEXT,
+    result_digest TEXT,
+    conflicts TEXT NOT NULL DEFAULT '[]',
+    code TEXT,
+    message TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    cancel_confirmed INTEGER NOT NULL DEFAULT 0,
+    cancel_reason TEXT,
+    tombstone INTEGER NOT NULL DEFAULT 0,
+    holds_slot INTEGER NOT NULL,
+    settled_at INTEGER,
+    CHECK (holds_slot = 0 OR outcome IS NULL),
+    CHECK (result IS NULL OR outcome IS NOT NULL),
+    CHECK (outcome IS NULL OR result IS NOT NULL OR tombstone = 1)
+);
+CREATE INDEX claims_slots ON claims (worker, holds_slot);
+CREATE INDEX claims_control ON claims (worker, request, attempt, run, execute_event);
+CREATE TABLE aliases (
+    key TEXT NOT NULL REFERENCES claims (key) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    event_id TEXT NOT NULL,
+    PRIMARY KEY (key, event_id)
+);
+CREATE TABLE progress (
+    key TEXT NOT NULL REFERENCES claims (key) ON DELETE CASCADE,
+    seq INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    PRIMARY KEY (key, seq)
+);
+CREATE TABLE revoked (worker TEXT NOT NULL, digest TEXT NOT NULL, PRIMARY KEY (worker, digest));
+CREATE TABLE controllers (worker TEXT NOT NULL, pubkey TEXT NOT NULL, PRIMARY KEY (worker, pubkey));
+CREATE TABLE jobs (
+    key TEXT PRIMARY KEY REFERENCES claims (key),
+    worker TEXT NOT NULL,
+    action TEXT NOT NULL CHECK (action IN ('run','publish')),
+    principal TEXT NOT NULL,
+    request TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('running','completed','failed','cancelled','unknown')),
+    check_id TEXT,
+    validates TEXT,
+    results TEXT,
+    report TEXT,
+    report_digest TEXT,
+    sealed TEXT,
+    published TEXT
+);
+CREATE INDEX jobs_report ON jobs (worker, principal, report_digest);
+"""
+#: Schema scripts by the version they bring the file to; a file at a later version is refused.
+MIGRATIONS: dict[int, str] = {1: SCHEMA}
+
+
+#: Columns `_set` may write: a whitelist, so no caller text ever reaches SQL.
+_CLAIM_COLUMNS = frozenset(
+    {
+        "phase",
+        "acknowledged",
+        "dispatch_intent",
+        "effect_started",
+        "observed",
+        "outcome",
+        "dispatched",
+        "result",
+        "result_digest",
+        "conflicts",
+        "code",
+        "message",
+        "cancel_requested",
+        "cancel_reason",
+        "tombstone",
+        "holds_slot",
+        "settled_at",
+    }
+)
+
+
+class LedgerFile:
+    """An open ledger file for one runner key: its connection, its lock, and the transactions over them.
+
+    One connection serves every thread (`check_same_thread=False`), guarded by one `RLock`, so the
+    asyncio loop and worker threads can share a ledger. A write is `BEGIN IMMEDIATE … COMMIT` on the
+    current rows, durable when it returns and rolled back whole on any error, so nothing ever writes a
+    stale snapshot over a newer one and a failed write can simply be retried.
+    """
+
+    def __init__(self, path: Path, worker: str, db: sqlite3.Connection, lock_fd: int) -> None:
+        self.path = path
+        self.worker = worker
+        self._db = db
+        self._lock_fd = lock_fd
+        self._mutex = threading.RLock()
+        self._closed = False
+
+    def close(self) -> None:
+        """Close the database and give up the key's lock. Idempotent."""
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            release(self._db, self._lock_fd)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- transactions --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed (and fsynced) on normal exit, rolled back whole on any error."""
+        with self._mutex:
+            if self._closed:
+                raise LedgerError("the ledger is closed")
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as error:
+                raise LedgerError(f"the ledger could not start a write: {error}") from error
+            try:
+                yield self._db
+            except BaseException as error:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                if isinstance(error, sqlite3.Error):
+                    raise LedgerError(f"the ledger write failed: {error}") from error
+                if isinstance(error, ContractError):
+                    raise LedgerError(f"the ledger write failed: {error.detail}", Code.MALFORMED) from error
+                raise
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error as error:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                raise LedgerError(f"the ledger could not commit: {error}") from error
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A consistent read (one snapshot across statements)."""
+        with self._mutex:
+            if self._closed:
+                raise LedgerError("the ledger is closed")
+            try:
+                self._db.execute("BEGIN")
+                try:
+                    yield self._db
+                finally:
+                    self._db.execute("COMMIT")
+            except sqlite3.Error as error:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                raise LedgerError(f"the ledger read failed: {error}") from error
+
+    def _claim(self, db: sqlite3.Connection, key: str) -> Claim | None:
+        row = db.execute("SELECT * FROM claims WHERE key = ? AND worker = ?", (key, self.worker)).fetchone()
+        if row is None:
+            return None
+        aliases = tuple(
+            item["event_id"]
+            for item in db.execute("SELECT event_id FROM aliases WHERE key = ? ORDER BY position", (key,))
+        )
+        progress = tuple(
+            ProgressNote(item["seq"], item["status"])
+            for item in db.execute("SELECT seq, status FROM progress WHERE key = ? ORDER BY seq", (key,))
+        )
+        return claim_from_row(row, aliases, progress)
+
+    def _require(self, db: sqlite3.Connection, key: str) -> Claim:
+        claim = self._claim(db, key)
+        if claim is None:
+            raise LedgerError(f"no claim {key_name(key)} on this runner")
+        return claim
+
+    def _set(self, db: sqlite3.Connection, key: str, **columns: Any) -> None:
+        unknown = set(columns) - _CLAIM_COLUMNS
+        if unknown:
+            raise LedgerError(f"not a claim column: {sorted(unknown)}", Code.MALFORMED)
+        assignments = ", ".join(f"{column} = ?" for column in columns)
+        db.execute(
+            f"UPDATE claims SET {assignments} WHERE key = ? AND worker = ?",  # noqa: S608 - whitelisted names
+            (*columns.values(), key, self.worker),
+        )
+
+    def _alias(self, db: sqlite3.Connection, key: str, event_id: str) -> None:
+        db.execute(
+            "INSERT OR IGNORE INTO aliases (key, position, event_id) "
+            "SELECT ?, COALESCE(MAX(position), -1) + 1, ? FROM aliases WHERE key = ?",
+            (key, event_id, key),
+        )
+
+
+def connect(path: Path, worker: str, busy_timeout_ms: int) -> tuple[sqlite3.Connection, int]:
+    """Take the key's lock, then open `path` (created 0600) with the ledger's pragmas and current schema."""
+    lock_fd = -1
+    db: sqlite3.Connection | None = None
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock_fd = _hold_lock(path.with_name(f"{path.name}.{worker[:16]}.lock"))
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        db = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
+        db.row_factory = sqlite3.Row
+        mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise LedgerError(f"the ledger file cannot use a WAL journal (got {mode})")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA foreign_keys=ON")
+        db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        migrate(db)
+    except LedgerError:
+        release(db, lock_fd)
+        raise
+    except (sqlite3.Error, OSError) as error:
+        release(db, lock_fd)
+        raise LedgerError(f"the ledger at {path.name} could not be opened: {error}") from error
+    return db, lock_fd
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring the file to `SCHEMA_VERSION` in one transaction; refuse a newer file."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise LedgerError(f"the ledger file has schema {version}; this runner knows up to {SCHEMA_VERSION}")
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[target].split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version={target}")
+        db.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+        raise
+
+
+def _hold_lock(path: Path) -> int:
+    """Take the key's lock file (flock, exclusive, non-blocking); the kernel drops it when the process dies."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as error:
+        os.close(fd)
+        raise LedgerError("another process has this runner key's ledger open") from error
+    return fd
+
+
+def release(db: sqlite3.Connection | None, lock_fd: int) -> None:
+    if db is not None:
+        with contextlib.suppress(sqlite3.Error):
+            db.close()
+    if lock_fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(lock_fd)

@@ -1,0 +1,1 @@
+"""The relay: the connection, its liveness, publishing, systemd's notify socket."""

@@ -1,0 +1,283 @@
+"""One admitted run, from `queued` to its result at every alias (runner.md §14).
+
+After `accepted`, the pipeline hands the run here: a job record (`running`), progress `queued 0/P`, a
+suite slot (`EVAL_RUNNER_JOBS` at once; a run still waiting when cancelled never starts), the `running`
+log line and progress `running 0/P`, the suite runner with one `running k/P` per finished case run, then
+one outcome: cancelled (the stop switch is set), failed (the suite errored: the quota ticket is given
+back; or the seal failed), or completed (the report sealed in a `3188` published *before* the result).
+Then the job record, the usage record, the terminal observation in the ledger, and the `26920` result
+to every alias of the claim.
+
+Progress notes are each recorded in the ledger before they are sent, in `seq` order, to the claim's
+first execute event; they queue, so a slow relay never holds up the suite. A result is sent only once
+the ledger holds it: what the ledger holds is what every alias, and any later retransmission, gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from eval_runner.contracts.answers import ProgressBody, ResultBody
+from eval_runner.contracts.outputs import MAX_NOTE_CHARS, MAX_NOTES, RunOutput
+from eval_runner.service.ledger.claims import Claim, Job, LedgerError, ResultConflictError
+from eval_runner.service.requests.admission import InputFacts, RunPlan
+from eval_runner.service.requests.opening import OpenedExecute
+from eval_runner.service.requests.quota import Ticket
+from eval_runner.service.requests.reply import SealError, answer_text
+from eval_runner.service.requests.suites import SuiteError, SuiteResult
+
+if TYPE_CHECKING:
+    from eval_runner.service.requests.pipeline import Arrival, Pipeline
+
+
+class ProgressStream:
+    """A claim's progress notes, in order: each recorded in the ledger (seq 0, 1, …), then sent as a
+    `27020` to the claim's first execute event. Notes queue up, so the suite never waits on the relay."""
+
+    def __init__(self, pipeline: Pipeline, claim: Claim, planned: int) -> None:
+        self._pipeline = pipeline
+        self._claim = claim
+        self._planned = planned
+        self._seq = 0
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[tuple[str, int] | None] = asyncio.Queue()
+        self._worker = self._loop.create_task(self._send_all())
+
+    def note(self, status: str, completed: int) -> None:
+        """Queue a note; safe from the event loop and from any other thread."""
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is self._loop:
+            self._queue.put_nowait((status, completed))
+        else:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, (status, completed))
+
+    def completed(self, count: int) -> None:
+        """The suite runner's `progress` callback: `count` case runs have finished (call it from any thread)."""
+        self.note("running", count)
+
+    async def close(self) -> None:
+        """Send what is queued, then stop."""
+        self._queue.put_nowait(None)
+        await self._worker
+
+    def cancel(self) -> None:
+        self._worker.cancel()
+
+    async def _send_all(self) -> None:
+        pipeline, claim = self._pipeline, self._claim
+        while (item := await self._queue.get()) is not None:
+            status, completed = item
+            try:
+                await asyncio.to_thread(pipeline.ledger.record_progress, claim.key, self._seq, status)
+            except LedgerError as error:
+                pipeline.log(f"ledger: {error}")
+                continue
+            body = ProgressBody(claim.binding, self._seq, status, min(max(completed, 0), self._planned), self._planned)
+            self._seq += 1
+            await pipeline.answers.feedback(claim.principal, claim.execute_event, body.to_json())
+
+
+def hosted_notes(notes: tuple[str, ...]) -> tuple[str, ...]:
+    """The notes a result may carry: the first four, any over 200 characters dropped."""
+    return tuple(note for note in notes[:MAX_NOTES] if len(note) <= MAX_NOTE_CHARS)
+
+
+class HostedRun:
+    """One admitted run, from `queued` to its result at every alias (runner.md §14)."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        opened: OpenedExecute,
+        arrival: Arrival,
+        plan: RunPlan,
+        claim: Claim,
+        ticket: Ticket,
+        stop: asyncio.Event,
+    ) -> None:
+        self.pipeline = pipeline
+        self.opened = opened
+        self.arrival = arrival
+        self.plan = plan
+        self.claim = claim
+        self.ticket = ticket
+        self.stop = stop
+        self.facts = InputFacts(
+            action=plan.action, subject=plan.subject.definition.id, suite=plan.suite_word, runs=plan.runs
+        )
+        self.job = Job(
+            key=claim.key,
+            action="run",
+            principal=claim.principal,
+            request=answer_text(opened.event.to_json()),
+            status="running",
+            check=plan.check,
+            validates=plan.validates,
+        )
+
+    async def run(self) -> None:
+        progress = ProgressStream(self.pipeline, self.claim, self.plan.turns)
+        try:
+            await self._run(progress)
+        finally:
+            progress.cancel()
+            self.plan.close()
+            self.pipeline.stops.pop(self.claim.key, None)
+
+    async def _run(self, progress: ProgressStream) -> None:
+        pipeline, claim, plan = self.pipeline, self.claim, self.plan
+        await self._save_job(self.job)
+        progress.note("queued", 0)
+        suite: SuiteResult | None = None
+        failure: str | None = None
+        if await self._slot():
+            try:
+                pipeline.log(
+                    f"running {claim.key_name} for {claim.principal[:12]}: {plan.tests} tests, "
+                    f"{plan.runs} runs per arm{_suffix(plan.action)}"
+                )
+                progress.note("running", 0)
+                base = await asyncio.to_thread(pipeline.ledger.results_base, claim.key)
+                suite = await pipeline.suite_runner.run(
+                    plan, progress=progress.completed, cancel=self.stop, results_base=base
+                )
+            except (SuiteError, LedgerError) as error:
+                failure = str(error)
+            except Exception as error:  # a suite runner's bug fails the run rather than keep the slot
+                failure = f"{type(error).__name__}: {error}"
+            finally:
+                pipeline.slots.release()
+        await progress.close()
+        if self.stop.is_set() or (suite is not None and suite.cancelled):
+            await self._cancelled(suite)
+        elif failure is not None or suite is None:
+            why = failure if failure is not None else "the suite runner returned nothing"
+            pipeline.log(f"run {claim.key_name} failed: {why}")
+            await asyncio.to_thread(pipeline.quota.give_back, self.ticket)
+            await self._failed(why, suite)
+        else:
+            await self._completed(suite)
+
+    async def _slot(self) -> bool:
+        """A suite slot, or False when the stop switch is set first (the run then never starts)."""
+        if self.stop.is_set():
+            return False
+        acquire = asyncio.ensure_future(self.pipeline.slots.acquire())
+        stopped = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait({acquire, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not acquire.done():
+                acquire.cancel()
+        try:
+            await acquire
+        except asyncio.CancelledError:
+            if not acquire.cancelled():
+                raise
+            return False
+        if self.stop.is_set():
+            self.pipeline.slots.release()
+            return False
+        return True
+
+    async def _cancelled(self, suite: SuiteResult | None) -> None:
+        results = None if suite is None or suite.results is None else str(suite.results)
+        await self._save_job(replace(self.job, status="cancelled", results=results))
+        result = ResultBody.cancelled(self.claim.binding, self.claim.record)
+        await self._finish("cancelled", result)
+
+    async def _failed(self, why: str, suite: SuiteResult | None) -> None:
+        results = None if suite is None or suite.results is None else str(suite.results)
+        await self._save_job(replace(self.job, status="failed", results=results))
+        await self._finish("failed", ResultBody.failed(self.claim.binding, self.claim.record, why))
+
+    async def _completed(self, suite: SuiteResult) -> None:
+        pipeline, claim = self.pipeline, self.claim
+        try:
+            sealed = await pipeline.answers.seal(
+                claim.principal, claim.mailbox, suite.report, suite.report_ref, claim.retain_until
+            )
+        except SealError as error:
+            pipeline.log(f"run {claim.key_name} failed: {error}")
+            await self._failed(str(error), suite)
+            return
+        results = None if suite.results is None else str(suite.results)
+        job = replace(self.job, status="completed", results=results, report=suite.report_ref, sealed=sealed)
+        await self._save_job(job)
+        headline = suite.headline
+        baseline = "None" if headline.baseline_passed is None else f"Some({headline.baseline_passed})"
+        pipeline.log(
+            f"finished {claim.key_name}: {headline.subject_passed} of {headline.total} with the tool, "
+            f"{baseline} without, {suite.verdict}"
+        )
+        output = RunOutput(suite.report_ref, sealed, headline, suite.verdict, hosted_notes(suite.notes))
+        await self._finish(
+            "completed",
+            ResultBody.completed(claim.binding, claim.record, output),
+            verdict=suite.verdict,
+            subject_passed=headline.subject_passed,
+            baseline_passed=headline.baseline_passed,
+        )
+
+    async def _save_job(self, job: Job) -> None:
+        try:
+            await asyncio.to_thread(self.pipeline.ledger.save_job, job)
+        except LedgerError as error:
+            self.pipeline.log(f"ledger: {error}")
+
+    async def _finish(
+        self,
+        outcome: str,
+        result: ResultBody,
+        *,
+        verdict: str | None = None,
+        subject_passed: int | None = None,
+        baseline_passed: int | None = None,
+    ) -> None:
+        """Usage record, the terminal observation in the ledger, then the result to every alias (§14 step 9)."""
+        pipeline, claim, plan = self.pipeline, self.claim, self.plan
+        pipeline.keep_usage(
+            self.opened,
+            self.arrival,
+            self.facts,
+            outcome=outcome,
+            code=result.code,
+            tests=plan.tests,
+            turns=plan.turns,
+            verdict=verdict,
+            subject_passed=subject_passed,
+            baseline_passed=baseline_passed,
+        )
+        pipeline.stops.pop(claim.key, None)
+        try:
+            stored: str | None = await asyncio.to_thread(
+                pipeline.ledger.finish, claim.key, outcome, answer_text(result.to_json())
+            )
+        except ResultConflictError as error:
+            pipeline.log(f"result for {claim.key_name}: {error.message}")
+            stored = None
+        except LedgerError as error:  # not durable, so not sent: a retransmission gets what the ledger holds
+            pipeline.log(f"ledger: {error}")
+            return
+        try:
+            settled = await asyncio.to_thread(pipeline.ledger.lookup, claim.key)
+        except LedgerError as error:
+            pipeline.log(f"ledger: {error}")
+            return
+        if settled is None:
+            return
+        payload = stored if stored is not None else settled.result
+        if payload is None:
+            return
+        for alias in settled.aliases:
+            await pipeline.answers.result(claim.principal, alias, payload)
+
+
+def _suffix(action: str) -> str:
+    return {"check": ", a check", "validation": ", a validation"}.get(action, "")

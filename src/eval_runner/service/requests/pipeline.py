@@ -1,0 +1,393 @@
+"""The request pipeline: every delivered `25920`, from the relay to its last answer (runner.md §9, §14).
+
+`Pipeline.handle` is the listener's `deliver` callback. It goes, in the spec's order:
+
+1. seen-id dedupe (the last 1,024 ids), before anything else;
+2. open (`service.opening`): what can't be proven is dropped, logged, never answered;
+3. controls (status, replay, cancel) from the original signer only, answered e-tagged to the control;
+4. retransmission: the same key with another fingerprint is refused `idempotency_conflict`; with the
+   same fingerprint the event becomes an alias, answered from the record if the run has ended (no
+   rerun, no usage record), otherwise later, with every other alias;
+5. admission and the plan (`service.admission`), 6. quota, 7. the ledger's reservation, durable root,
+   acknowledgement and dispatch intent, all committed before `accepted` is sent;
+8. the run (`service.hosted_run`): progress `queued 0/P`, a suite slot, `running 0/P`, one `running k/P`
+   per finished case run, the suite runner, the sealed `3188` published before the `26920` result,
+   which goes to every alias of the claim.
+
+Every request answered, admitted or refused, is one usage record; drops, duplicates, retransmissions
+answered from the ledger and controls are not. Ledger calls fsync, so they run in a thread (a request's lookup
+runs on the loop when no write holds the ledger, as it takes microseconds). Log lines
+are §20's; none carries a key or a token.
+
+The suite runner is the engine's (being integrated separately): the pipeline only depends on the
+`SuiteRunner` protocol (`service.suite_runner`, re-exported here with `SuiteResult` and `SuiteError`).
+
+Decisions where the spec is silent:
+
+* A cancel sets the run's stop switch once the ledger has recorded it, whether or not the relay took
+  the `cancel_result` (the reference ties it to "the answer succeeded"; the trainer asked either way).
+  A run still waiting for a suite slot when cancelled never starts; it ends `cancelled` like one stopped
+  mid-run. A stop switch set when the suite runner returns or fails makes the outcome `cancelled`.
+* A request whose claim was settled by a cancel between reservation and dispatch intent is answered
+  with that stored result, not with a refusal.
+* A suite runner that raises anything but `SuiteError` fails the run the same way (message = the
+  exception's type and text), so a bug never leaves a claim holding its slot.
+* Control refusals are logged `refused …` like any refusal (still no usage record).
+* Planning that fails on something other than a refusal (a bug, an unexpected I/O error) is logged
+  `planning <id12> failed: …` and refused `unavailable` with a plain message, so the phone is answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from eval_runner.contracts.answers import ResultBody
+from eval_runner.contracts.errors import Code
+from eval_runner.contracts.execution import Binding
+from eval_runner.engine.testset.catalog import Catalog
+from eval_runner.nostr import ConversationKeys, Event, SecretKey
+from eval_runner.service.config import Config, Limits
+from eval_runner.service.ledger.claims import CONFLICT_MESSAGE, Claim, LedgerError, Refusal
+from eval_runner.service.ledger.store import Ledger
+from eval_runner.service.requests.admission import (
+    Admission,
+    InputFacts,
+    RefusalError,
+    RunPlan,
+    ToolRelease,
+    input_facts,
+)
+from eval_runner.service.requests.hosted_run import HostedRun
+from eval_runner.service.requests.opening import (
+    DropError,
+    OpenedControl,
+    OpenedExecute,
+    SeenIds,
+    drop_line,
+    open_request,
+)
+from eval_runner.service.requests.quota import OverQuotaError, Quota, Ticket
+from eval_runner.service.requests.reply import Answers, EventPublisher
+from eval_runner.service.requests.suites import Progress, SuiteError, SuiteResult, SuiteRunner
+from eval_runner.service.usage import Record, UsageLog, arrival_time
+
+CONTROL_NOT_FOUND = "no run of yours matches this control"
+UNDISPATCHED = "the claim couldn't be dispatched"
+UNPLANNED = "the runner couldn't plan this run; try again later"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """When a request arrived (unix ms) and how large its ciphertext was: the usage record's clock and size."""
+
+    ms: int
+    bytes_in: int
+
+
+class Pipeline:
+    """Handles every request delivered to this runner. Create one per runner; `handle` is `deliver`."""
+
+    def __init__(
+        self,
+        *,
+        secret: SecretKey,
+        ledger: Ledger,
+        admission: Admission,
+        suite_runner: SuiteRunner,
+        publisher: EventPublisher,
+        quota: Quota,
+        usage: UsageLog,
+        limits: Limits,
+        log: Callable[[str], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.runner = secret.public_key().to_hex()
+        self._secret = secret
+        self.ledger = ledger
+        self.admission = admission
+        self.suite_runner = suite_runner
+        self.quota = quota
+        self.usage = usage
+        self.limits = limits
+        self.log = log
+        self.clock = clock
+        self._keys = ConversationKeys()
+        self.answers = Answers(secret, publisher, log=log, keys=self._keys, clock=clock)
+        self._seen = SeenIds()
+        self.slots = asyncio.Semaphore(limits.jobs)
+        self.stops: dict[str, asyncio.Event] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Config,
+        *,
+        secret: SecretKey,
+        ledger: Ledger,
+        catalog: Catalog,
+        suite_runner: SuiteRunner,
+        publisher: EventPublisher,
+        log: Callable[[str], None],
+        tool_release: ToolRelease | None = None,
+    ) -> Pipeline:
+        """The pipeline `serve` runs: state, temp root, quota, usage log and limits from the configuration."""
+        runner = secret.public_key().to_hex()
+        return cls(
+            secret=secret,
+            ledger=ledger,
+            admission=Admission(
+                runner=runner,
+                catalog=catalog,
+                state=config.state,
+                temp_root=config.temp_root,
+                log=log,
+                tool_release=tool_release,
+                disk_floor=config.disk.floor,
+            ),
+            suite_runner=suite_runner,
+            publisher=publisher,
+            quota=Quota(config.quota_file, log=log),
+            usage=UsageLog(config.usage_dir),
+            limits=config.limits,
+            log=log,
+        )
+
+    # -- the way in ----------------------------------------------------------------------------
+
+    async def handle(self, event: Event) -> None:
+        """Handle one delivered event (runner.md §9)."""
+        if self._seen.seen(event.id):
+            return
+        now = self.clock()
+        try:
+            opened = open_request(event, self._secret, int(now), self._keys)
+        except DropError as error:
+            if error.verified:
+                self._seen.remember(event.id)
+            self.log(drop_line(event.id, error.reason))
+            return
+        self._seen.remember(event.id)
+        if isinstance(opened, OpenedControl):
+            await self._control(opened)
+        else:
+            await self._execute(opened, Arrival(int(now * 1000), opened.bytes_in))
+
+    async def wait_idle(self) -> None:
+        """Wait until every run this pipeline started has sent its result."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Stop every run in flight (a restart will answer them `unknown`) and wait for them to end."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _ledger(self, call: Callable[..., T], *args: object, **kwargs: object) -> T:
+        return await asyncio.to_thread(call, *args, **kwargs)
+
+    async def _lookup(self, key: str) -> Claim | None:
+        """The claim for `key`: read on the loop when no write holds the ledger, else in a thread. Every request
+        is looked up, and under a flood a thread hop per lookup cost a third of the runner's time."""
+        done, claim = self.ledger.lookup_now(key)
+        return claim if done else await self._ledger(self.ledger.lookup, key)
+
+    # -- controls (§9.3) -----------------------------------------------------------------------
+
+    async def _control(self, opened: OpenedControl) -> None:
+        body = opened.body
+        try:
+            claim = await self._ledger(
+                self.ledger.find_for_control, body.request, body.attempt, body.run, opened.target, opened.principal
+            )
+            if claim is None:
+                raise LedgerError(CONTROL_NOT_FOUND, Code.NOT_ADMITTED)
+            if body.type == "status":
+                answer = (await self._ledger(self.ledger.status, claim.key)).to_json()
+            elif body.type == "replay":
+                after = body.after_seq
+                records = body.max_records if body.max_records is not None else 1
+                answer = (await self._ledger(self.ledger.replay, claim.key, after, records)).to_json()
+            else:
+                answer = (await self._ledger(self.ledger.request_cancel, claim.key, body.reason)).to_json()
+        except LedgerError as error:
+            self.log(f"refused {opened.event.id[:12]} from {opened.principal[:12]}: {error.code}: {error.message}")
+            refusal = ResultBody.refused(Binding(body.request, body.attempt, ""), error.code, error.message)
+            await self.answers.result(opened.principal, opened.event.id, refusal.to_json())
+            return
+        await self.answers.result(opened.principal, opened.event.id, answer)
+        if body.type == "cancel":
+            stop = self.stops.get(claim.key)
+            if stop is not None and not stop.is_set():
+                stop.set()
+                self.log(f"cancelling {claim.key_name}")
+
+    # -- executes (§9.4–9.7) -------------------------------------------------------------------
+
+    async def _execute(self, opened: OpenedExecute, arrival: Arrival) -> None:
+        body = opened.body
+        key = self.ledger.key(opened.principal, body.request, body.attempt)
+        try:
+            existing = await self._lookup(key)
+        except LedgerError as error:
+            self.log(f"ledger: {error}")
+            await self.refuse(opened, arrival, Code.UNAVAILABLE, error.message)
+            return
+        if existing is not None:
+            await self._retransmitted(opened, arrival, existing)
+            return
+        try:
+            plan = await self.admission.admit(opened)
+        except RefusalError as refusal:
+            await self.refuse(opened, arrival, refusal.code, refusal.message)
+            return
+        except Exception as error:  # a bug in planning must not leave the phone waiting for an answer
+            self.log(f"planning {opened.event.id[:12]} failed: {type(error).__name__}: {error}")
+            await self.refuse(opened, arrival, Code.UNAVAILABLE, UNPLANNED)
+            return
+        admitted = False
+        try:
+            admitted = await self._reserve(opened, arrival, plan, key)
+        finally:
+            if not admitted:
+                plan.close()
+
+    async def _retransmitted(self, opened: OpenedExecute, arrival: Arrival, claim: Claim) -> None:
+        if claim.fingerprint != opened.fingerprint:
+            await self.refuse(opened, arrival, Code.IDEMPOTENCY_CONFLICT, CONFLICT_MESSAGE)
+            return
+        try:
+            claim = await self._ledger(self.ledger.add_alias, claim.key, opened.event.id)
+        except LedgerError as error:
+            self.log(f"ledger: {error}")
+            return
+        if claim.result is not None:
+            await self.answers.result(opened.principal, opened.event.id, claim.result)
+
+    async def _reserve(self, opened: OpenedExecute, arrival: Arrival, plan: RunPlan, key: str) -> bool:
+        """Quota, reservation, durable claim, `accepted`, and the run's task; True once the run owns the plan."""
+        now = int(self.clock())
+        try:
+            ticket = await asyncio.to_thread(
+                self.quota.take, opened.principal, plan.turns, check=plan.check is not None, now=now, limits=self.limits
+            )
+        except OverQuotaError as error:
+            await self.refuse(opened, arrival, Code.OVER_QUOTA, error.message)
+            return False
+        mailbox = secrets.token_hex(32)
+        try:
+            prepared = await self._ledger(
+                self.ledger.prepare,
+                opened.body,
+                opened.event.id,
+                opened.principal,
+                now,
+                mailbox,
+                created_at=opened.event.created_at,
+            )
+        except LedgerError as error:
+            prepared = Refusal(error.code, error.message)
+        if not isinstance(prepared, Claim):
+            await asyncio.to_thread(self.quota.give_back, ticket)
+            if isinstance(prepared, Refusal):
+                await self.refuse(opened, arrival, prepared.code, prepared.message)
+            elif prepared.claim.result is not None:  # the same request, raced in on another event
+                await self.answers.result(opened.principal, opened.event.id, prepared.claim.result)
+            return False
+        stop = asyncio.Event()
+        self.stops[key] = stop
+        try:
+            accepted = await self._ledger(self.ledger.acknowledge, key)
+        except LedgerError as error:
+            return await self._undispatched(opened, arrival, ticket, key, error.message)
+        try:
+            await self._ledger(self.ledger.intend, key)
+        except LedgerError:
+            return await self._undispatched(opened, arrival, ticket, key, UNDISPATCHED)
+        await self.answers.feedback(opened.principal, opened.event.id, accepted.to_json())
+        run = HostedRun(self, opened, arrival, plan, prepared, ticket, stop)
+        task = asyncio.get_running_loop().create_task(run.run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _undispatched(
+        self, opened: OpenedExecute, arrival: Arrival, ticket: Ticket, key: str, reason: str
+    ) -> bool:
+        """Acknowledge or intend failed: roll back what can be, give the quota back, answer (§9.7 step 3)."""
+        self.stops.pop(key, None)
+        await asyncio.to_thread(self.quota.give_back, ticket)
+        try:
+            await self._ledger(self.ledger.rollback, key)
+            claim = await self._ledger(self.ledger.lookup, key)
+        except LedgerError as failure:
+            self.log(f"ledger: {failure}")
+            claim = None
+        if claim is not None and claim.result is not None:  # settled by a cancel before dispatch
+            facts = input_facts(opened.body.input)
+            self.keep_usage(opened, arrival, facts, outcome=claim.outcome or "cancelled")
+            await self.answers.result(opened.principal, opened.event.id, claim.result)
+            return False
+        await self.refuse(opened, arrival, Code.UNAVAILABLE, reason)
+        return False
+
+    # -- refusing (§9.8) and usage (§19.1) -----------------------------------------------------
+
+    async def refuse(self, opened: OpenedExecute, arrival: Arrival, code: Code, message: str) -> None:
+        """Log, record and answer a refusal of an execute request."""
+        self.log(f"refused {opened.event.id[:12]} from {opened.principal[:12]}: {code}: {message}")
+        self.keep_usage(opened, arrival, input_facts(opened.body.input), outcome="refused", code=code.value)
+        refusal = ResultBody.refused(opened.body.binding, code, message)
+        await self.answers.result(opened.principal, opened.event.id, refusal.to_json())
+
+    def keep_usage(
+        self,
+        opened: OpenedExecute,
+        arrival: Arrival,
+        facts: InputFacts,
+        *,
+        outcome: str,
+        code: str | None = None,
+        tests: int | None = None,
+        turns: int | None = None,
+        verdict: str | None = None,
+        subject_passed: int | None = None,
+        baseline_passed: int | None = None,
+    ) -> None:
+        """Append one usage record (a failure only logs `usage log: …`)."""
+        record = Record(
+            time=arrival_time(arrival.ms),
+            key=opened.principal,
+            request=opened.event.id,
+            action=facts.action,
+            subject=facts.subject,
+            suite=facts.suite,
+            tests=tests,
+            runs=facts.runs,
+            turns=turns,
+            outcome=outcome,
+            code=code,
+            verdict=verdict,
+            subject_passed=subject_passed,
+            baseline_passed=baseline_passed,
+            total_ms=max(0, int(self.clock() * 1000) - arrival.ms),
+            bytes_in=arrival.bytes_in,
+        )
+        self.usage.keep(record, self.log)
+
+
+__all__ = [
+    "Arrival",
+    "Pipeline",
+    "Progress",
+    "SuiteError",
+    "SuiteResult",
+    "SuiteRunner",
+]

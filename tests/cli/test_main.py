@@ -1,0 +1,216 @@
+"""The console script through a real subprocess: --version and --help, `eval run` on the example extension
+with real bubblewrap (stand-in door and agent, or a stand-in door in its own process reached like a real
+one), bad input as one plain line, and the door key kept out of everything printed and kept. Also the
+terminal rendering (`console`) when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from eval_runner import __version__
+from eval_runner.cli.render import ProgressView, finished_words
+from eval_runner.contracts.report import Report
+from eval_runner.engine.run.collect import remove_tree
+from eval_runner.engine.suite_run import Finished, Started
+from eval_runner.engine.verdict.gate import Verdict
+from eval_runner.engine.verdict.scores import Arm
+from tests.support.paths import EXAMPLE
+
+DOOR_KEY = "door-key-7d41e9b2-never-print-me"
+#: Variables that would change which agent, model, door or temp root a run uses.
+_CHOOSERS = ("EVAL_RUNNER_CODER", "CODER_MODEL", "CODER_DOOR_KEY", "CODER_DOOR_URL", "EVAL_RUNNER_TMP")
+
+
+@pytest.fixture
+def environ() -> Iterator[dict[str, str]]:
+    """This process's environment without the variables that choose an agent or door, with a short temp
+    base the sandbox user can search as `EVAL_RUNNER_TMP` (checked empty afterwards: runs clean up)."""
+    base = Path(tempfile.mkdtemp(prefix="er-c-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    values = {name: value for name, value in os.environ.items() if name not in _CHOOSERS}
+    values["EVAL_RUNNER_TMP"] = str(base)
+    yield values
+    leftover = list(base.iterdir())
+    remove_tree(base)
+    assert leftover == []
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "eval_runner.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_version_and_help() -> None:
+    done = cli("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"eval-runner {__version__}"
+    shown = cli("--help")
+    assert shown.returncode == 0
+    assert "hosted eval runner" in shown.stdout
+    assert re.search(r"^\s+eval\s", shown.stdout, re.MULTILINE)
+    run_help = cli("eval", "run", "--help")
+    assert run_help.returncode == 0
+    for flag in ("EXT_DIR", "--runs N", "--agent PATH", "--door-url URL", "--door-key-env NAME", "--concurrency N"):
+        assert flag in run_help.stdout
+    assert "--out DIR" in run_help.stdout
+
+
+def paths_of(stdout: str) -> tuple[Path, Path]:
+    report = re.search(r"^report  (\S.*)$", stdout, re.MULTILINE)
+    html = re.search(r"^html    (\S.*)$", stdout, re.MULTILINE)
+    assert report is not None
+    assert html is not None
+    return Path(report.group(1)), Path(html.group(1))
+
+
+def test_eval_run_on_the_example_prints_the_verdict_and_writes_the_report(
+    tmp_path: Path, environ: dict[str, str]
+) -> None:
+    out = tmp_path / "results"
+    done = cli("eval", "run", str(EXAMPLE), "--runs", "2", "--out", str(out), env=environ)
+    assert done.returncode == 0, done.stderr
+    report_path, html_path = paths_of(done.stdout)
+    assert report_path.parent.parent == out
+    assert html_path.parent == report_path.parent
+    report = Report.parse_bytes(report_path.read_bytes())
+    word = Verdict(report.verdict.value).word
+    assert re.search(rf"^Verdict\s+{word}$", done.stdout, re.MULTILINE)
+    assert word == "Better"  # the example separates the arms with the stand-ins
+    assert word in html_path.read_text(encoding="utf-8")
+    for line in (
+        "Passes 2 of 2 tests with the extension, 1 of 2 without. Change in mean score: +0.50.",
+        "Statistics: p = 0.167 that it helps",
+        "Time and cost with the extension:",
+        "Time and cost without it:",
+    ):
+        assert line in done.stdout
+    assert re.search(r"│ overview\s+│ should-fire\s+│\s+2/2 │\s+0/2 │\s+1\.00 │\s+0\.00 │\s+\+1\.00 │", done.stdout)
+    assert "offline stand-in" in done.stderr
+    assert "stand-in agent" in done.stderr
+    assert "run 8/8" in done.stderr  # stderr is not a terminal: plain progress lines
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("where", ["missing", "plain"])
+def test_a_directory_that_is_not_an_extension_is_one_plain_line(
+    tmp_path: Path, environ: dict[str, str], where: str
+) -> None:
+    target = tmp_path / "nothing" if where == "missing" else tmp_path
+    done = cli("eval", "run", str(target), "--out", str(tmp_path / "out"), env=environ)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"eval-runner: {target} is not")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_test_set_names_the_file_and_the_key(tmp_path: Path, environ: dict[str, str]) -> None:
+    ext = tmp_path / "ext"
+    shutil.copytree(EXAMPLE, ext)
+    prompt = ext / "evals" / "greeting" / "prompt.md"
+    text = prompt.read_text(encoding="utf-8")
+    prompt.write_text(text.replace('kind = "should-not-fire"', 'kind = "should-not-fire"\ncolour = "red"'))
+    done = cli("eval", "run", str(ext), env=environ)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1
+    assert f"{prompt}: unknown key `colour`" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_concurrency_out_of_range_is_refused(environ: dict[str, str]) -> None:
+    done = cli("eval", "run", str(EXAMPLE), "--concurrency", "9", env=environ)
+    assert done.returncode != 0
+    assert "--concurrency: must be from 1 to 8" in done.stderr
+
+
+def test_a_door_url_without_its_key_is_one_plain_line(environ: dict[str, str]) -> None:
+    done = cli("eval", "run", str(EXAMPLE), "--door-url", "http://127.0.0.1:9", "--door-key-env", "NO_KEY", env=environ)
+    assert done.returncode == 1
+    assert done.stderr == "eval-runner: the door key is missing: set $NO_KEY (--door-key-env names the variable)\n"
+
+
+@pytest.fixture
+def door(environ: dict[str, str]) -> Iterator[str]:
+    """The stand-in door in its own process, reached by URL like a real one; its key is only in its env."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "eval_runner.stand_ins.door", "--port", "0", "--key-env", "TEST_DOOR_KEY"],
+        env={**environ, "TEST_DOOR_KEY": DOOR_KEY},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline().strip()
+        assert line.startswith("READY http://127.0.0.1:"), line
+        yield line.split(" ", 1)[1]
+    finally:
+        child.terminate()
+        child.wait(timeout=30)
+
+
+def test_the_door_key_never_reaches_the_terminal_or_the_results(
+    tmp_path: Path, environ: dict[str, str], door: str
+) -> None:
+    out = tmp_path / "results"
+    done = cli(
+        *("eval", "run", str(EXAMPLE), "--runs", "2", "--out", str(out)),
+        *("--door-url", door, "--door-key-env", "MY_DOOR_KEY"),
+        env={**environ, "MY_DOOR_KEY": DOOR_KEY},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "offline stand-in" not in done.stderr  # a real door was named
+    report_path, _ = paths_of(done.stdout)
+    assert Report.parse_bytes(report_path.read_bytes()).verdict.value == "pass"  # the door answered
+    for text in (done.stdout, done.stderr):
+        assert DOOR_KEY not in text
+    files = [path for path in out.rglob("*") if path.is_file()]
+    assert len(files) > 20
+    for path in files:
+        assert DOOR_KEY.encode() not in path.read_bytes(), path
+
+
+# --- terminal rendering ------------------------------------------------------------------------------
+
+
+def test_progress_off_a_terminal_is_one_plain_line_per_finished_run() -> None:
+    sink = io.StringIO()
+    console = Console(file=sink, force_terminal=False)
+    with ProgressView(2, console) as view:
+        view(Started("over[bold]view", Arm.SUBJECT, 1))
+        view(Finished("over[bold]view", Arm.SUBJECT, 1, "completed", 0.4))
+        view(Finished("greeting", Arm.BASELINE, 2, "errored(timeout)", 300.0))
+    assert sink.getvalue().splitlines() == [
+        "run 1/2  over[bold]view with #1 completed 0.4 s",
+        "run 2/2  greeting without #2 errored(timeout) 300.0 s",
+    ]
+    assert view.done == 2
+    assert finished_words(Finished("c", Arm.BASELINE, 3, "cancelled", 1.0)) == "c without #3 cancelled 1.0 s"
+
+
+def test_no_command_or_an_unknown_one_is_a_usage_error_64() -> None:
+    for argv in ([], ["run"], ["eval", "run"], ["serve-now"]):
+        done = subprocess.run([sys.executable, "-m", "eval_runner.cli", *argv], capture_output=True, text=True)
+        assert done.returncode == 64, (argv, done.stderr)
+        assert "usage: eval-runner" in done.stderr
+        assert done.stdout == ""
+    shown = subprocess.run([sys.executable, "-m", "eval_runner.cli", "help"], capture_output=True, text=True)
+    assert shown.returncode == 0
+    assert "usage: eval-runner" in shown.stdout
