@@ -27,6 +27,7 @@ from rich.console import Console
 from eval_runner import stand_ins
 from eval_runner.cli.trainer import RunView, show_run
 from eval_runner.engine.run.collect import remove_tree
+from eval_runner.errors import EvalRunnerError
 from eval_runner.nostr import SecretKey
 from eval_runner.service.config import Config, ConfigError
 from eval_runner.service.keyfile import load_key
@@ -53,7 +54,7 @@ REAL_WORDS = (
 )
 
 
-class DemoError(Exception):
+class DemoError(EvalRunnerError):
     """The demo could not run; the message says why in one line."""
 
 

@@ -71,6 +71,7 @@ from eval_runner.engine.suite_run import (
 from eval_runner.engine.testset.cases import Suite, load_suite
 from eval_runner.engine.testset.catalog import LOCAL_KEY, PACKAGE_FILE, CatalogError, Tool, resolve_extension
 from eval_runner.engine.testset.frontmatter import TestSetError
+from eval_runner.errors import EvalRunnerError
 from eval_runner.stand_ins.door import StandInDoor
 
 #: Where the test set lives in an extension directory.
@@ -90,7 +91,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _T = TypeVar("_T")
 
 
-class LocalEvalError(Exception):
+class LocalEvalError(EvalRunnerError):
     """Bad input or a host that cannot run the suite; `str()` is one plain line for a person."""
 
     def __init__(self, message: str) -> None:

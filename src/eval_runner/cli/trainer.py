@@ -47,6 +47,7 @@ from rich.text import Text
 from eval_runner.contracts.answers import AcceptedBody, Answer, CancelResult, ProgressBody, ResultBody, StatusResult
 from eval_runner.contracts.hosted import RUNNER, RunInput
 from eval_runner.contracts.strict_json import JsonValue, read
+from eval_runner.errors import EvalRunnerError
 from eval_runner.nostr import KeyFormatError, PublicKey, SecretKey
 from eval_runner.service.keyfile import KeyFileError, ensure_key, load_key
 from eval_runner.trainer.client import (
@@ -76,7 +77,7 @@ CONTROL_SECONDS: Final = 60.0
 MAX_RUNS: Final = 3
 
 
-class UsageError(Exception):
+class UsageError(EvalRunnerError):
     """The command line is wrong (exit 64)."""
 
 

@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
+from eval_runner.errors import EvalRunnerError
+
 #: What `str::trim` strips: the Unicode White_Space property (Python's `str.strip()` also strips U+001C..1F).
 WHITE_SPACE: Final = (
     "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
@@ -78,7 +80,7 @@ _U32: Final = 2**32
 _U64: Final = 2**64
 
 
-class ConfigError(Exception):
+class ConfigError(EvalRunnerError):
     """The first variable that is missing or wrong. `str()` is exactly the operator's message."""
 
     message: str

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, TextIO
 
+from eval_runner.errors import EvalRunnerError
 from eval_runner.nostr.bech32 import bech32_decode
 from eval_runner.nostr.errors import KeyFormatError
 from eval_runner.nostr.keys import SecretKey
@@ -34,7 +35,7 @@ WHAT: Final = "the runner key"
 _LOWER_HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
 
-class KeyFileError(Exception):
+class KeyFileError(EvalRunnerError):
     """Why the runner key did not load. `str()` is the operator's message; it never holds key text."""
 
     message: str

@@ -47,6 +47,7 @@ from eval_runner.engine.run.confinement import probe
 from eval_runner.engine.run.leftovers import sweep
 from eval_runner.engine.run.sandbox import Confinement, Unconfined
 from eval_runner.engine.testset.catalog import Catalog, CatalogError
+from eval_runner.errors import EvalRunnerError
 from eval_runner.nostr import Event, SecretKey
 from eval_runner.service.config import Config, ConfigError, EmbeddedRelay, os_error_text
 from eval_runner.service.keyfile import KeyFileError, ensure_key, load_key
@@ -68,7 +69,7 @@ STOPPED: Final = "stopped"
 Log = Callable[[str], None]
 
 
-class ServeError(Exception):
+class ServeError(EvalRunnerError):
     """Why the runner could not start. `str()` is the operator's message (`eval-runner: <message>`)."""
 
 

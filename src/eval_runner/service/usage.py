@@ -27,6 +27,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Final, TextIO
 
+from eval_runner.errors import EvalRunnerError
 from eval_runner.service.config import WHITE_SPACE, os_error_text
 
 OUTCOMES: Final = ("completed", "failed", "cancelled", "refused")
@@ -138,7 +139,7 @@ def _first_ten(text: str) -> str:
 # --- writing ------------------------------------------------------------------------------------------
 
 
-class UsageLogError(Exception):
+class UsageLogError(EvalRunnerError):
     """A record could not be written: `<path>: <error>`."""
 
 
@@ -186,7 +187,7 @@ class UsageLog:
 # --- reading ------------------------------------------------------------------------------------------
 
 
-class UsageError(Exception):
+class UsageError(EvalRunnerError):
     """Why the log could not be read or the command's arguments are wrong; `str()` is the message."""
 
 

@@ -79,6 +79,7 @@ from eval_runner.engine.run.collect import shown_path
 from eval_runner.engine.run.trajectory import Trajectory
 from eval_runner.engine.testset.cases import Case
 from eval_runner.engine.verdict.scores import Arm, CaseKind, GradedRun, OutcomeWord
+from eval_runner.errors import EvalRunnerError
 
 GRADES_SCHEMA = "openagents.ext-eval-grades.v1"
 MAX_FILE_BYTES = 1 << 20
@@ -95,7 +96,7 @@ REFUSED_REASONS = frozenset({"refused", "unconfined_host", "env_var_rejected"})
 RunOutcomeWord = Literal["completed", "errored", "cancelled", "unknown"]
 
 
-class FocusError(Exception):
+class FocusError(EvalRunnerError):
     """A focus could not be read; the message is the reason its grader fails with."""
 
 

@@ -47,6 +47,8 @@ from typing import Any
 
 import re2
 
+from eval_runner.errors import EvalRunnerError
+
 PATTERN_SECONDS = 10.0
 MAX_PATTERN_TEXT_BYTES = 8 * 1024 * 1024
 #: RE2 work (text bytes × program instructions) done on the event loop's own thread, in a thread of this
@@ -78,11 +80,11 @@ _OPTIONS.log_errors = False
 _OPTIONS.never_capture = True
 
 
-class PatternError(Exception):
+class PatternError(EvalRunnerError):
     """A pattern could not be run to the end; the message is the reason its grader fails with."""
 
 
-class _UnsupportedError(Exception):
+class _UnsupportedError(EvalRunnerError):
     """The pattern uses Python syntax this module does not carry to RE2; Python's `re` runs it."""
 
 

@@ -34,6 +34,7 @@ from eval_runner.engine.grade.spec import (
     NoulQuestion,
     ScoreQuestion,
 )
+from eval_runner.errors import EvalRunnerError
 
 #: Calls a door grader makes at most, and the votes it needs (runner.md §22).
 DOOR_CALLS = 3
@@ -56,7 +57,7 @@ _QUOTES = "\"'*`"
 JsonValue: TypeAlias = Any
 
 
-class DoorError(Exception):
+class DoorError(EvalRunnerError):
     """A door gave no usable answer. The message is the reason a grader fails with; it never holds a key."""
 
 

@@ -67,6 +67,7 @@ from eval_runner.engine.verdict.notes import hosted_notes
 from eval_runner.engine.verdict.scores import Arm as RunSide
 from eval_runner.engine.verdict.scores import ArmSummary, GradedRun, PlannedCase, ScoreError, Scores
 from eval_runner.engine.verdict.statistics import Evidence, evidence, strata_of
+from eval_runner.errors import EvalRunnerError
 
 CONFIGURATION_SCHEMA = "openagents.ext-eval-configuration.v1"
 AGENT_SCHEMA = "openagents.ext-eval-agent.v1"
@@ -85,7 +86,7 @@ STATISTICS_LEFT_OUT = (
 )
 
 
-class ReportError(Exception):
+class ReportError(EvalRunnerError):
     """Inputs a report cannot be built from; the message says which input and why."""
 
 

@@ -38,6 +38,7 @@ from eval_runner.engine.report.inputs import Attempt, run_path
 from eval_runner.engine.run.collect import exact_path, remove_tree, secret_in, shown_path
 from eval_runner.engine.testset.cases import CASE_FILE, FIXTURES_DIR, GRADERS_DIR, PROMPT_FILE, Suite
 from eval_runner.engine.verdict.scores import Arm
+from eval_runner.errors import EvalRunnerError
 
 #: The most suffixes tried when a results directory's timestamp is taken.
 MAX_SUFFIX = 999
@@ -46,7 +47,7 @@ MAX_SUFFIX = 999
 MAX_COPIED_PATH = 1024
 
 
-class ResultsError(Exception):
+class ResultsError(EvalRunnerError):
     """The results directory could not be written; nothing partial is left behind."""
 
 

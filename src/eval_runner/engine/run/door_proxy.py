@@ -60,6 +60,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from eval_runner.engine.run.collect import REDACTED
+from eval_runner.errors import EvalRunnerError
 
 BODY_LIMIT = 16 * 1024 * 1024
 TOKEN_REQUIRED = "the run's door token is required"  # noqa: S105 - a message, not a credential
@@ -222,7 +223,7 @@ class AnswerScrub:
         return self._scrub.whole(held)
 
 
-class DoorProxyError(Exception):
+class DoorProxyError(EvalRunnerError):
     """The proxy cannot be set up as asked (bad door URL, socket path taken or too long)."""
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from eval_runner.contracts import strict_json
 from eval_runner.contracts.errors import ContractError
+from eval_runner.errors import EvalRunnerError
 
 #: A decoded JSON value; readers narrow it at once.
 JsonValue = Any
@@ -51,7 +52,7 @@ _OUTCOMES = {"Completed": "completed", "Failed": "failed", "Cancelled": "cancell
 _AGENT_ONLY = ("model_name", "reasoning_effort", "reasoning_content", "tool_calls", "metrics")
 
 
-class TrajectoryError(Exception):
+class TrajectoryError(EvalRunnerError):
     """Bytes that are not an ATIF trajectory. `where` names the line or the field (`steps[2].source`)."""
 
     def __init__(self, where: str, message: str) -> None:

@@ -66,6 +66,7 @@ from eval_runner.engine.run.sandbox import (
     run_confined,
 )
 from eval_runner.engine.testset.cases import ENV_KEY, Operation
+from eval_runner.errors import EvalRunnerError
 
 #: Ports the bridge listens on inside the sandbox (its loopback is its own, so any port is free).
 CODER_DOOR_PORT = 8401
@@ -191,7 +192,7 @@ class RunRecord:
     detail: str | None = None
 
 
-class _RefusedError(Exception):
+class _RefusedError(EvalRunnerError):
     """The run directory or a door cannot be set up: the run is `errored(refused)`."""
 
 

@@ -39,6 +39,7 @@ from eval_runner.contracts.draft import made_slug as made_slug  # re-exported: a
 from eval_runner.contracts.errors import ContractError
 from eval_runner.contracts.refs import SLUG, ArtifactRef, DefinitionRef
 from eval_runner.contracts.strict_json import JsonValue, canonical, read
+from eval_runner.errors import EvalRunnerError
 
 PACKAGE_FILE = "package.json"
 PROGRAMS_DIR = "programs"
@@ -79,7 +80,7 @@ _PINNED = (
 )
 
 
-class CatalogError(Exception):
+class CatalogError(EvalRunnerError):
     """An extension directory that does not resolve; the message names the directory or file."""
 
     def __init__(self, message: str) -> None:
@@ -87,7 +88,7 @@ class CatalogError(Exception):
         super().__init__(message)
 
 
-class NotAdmittedError(Exception):
+class NotAdmittedError(EvalRunnerError):
     """A subject the hosted runner does not test: wire code `not_admitted` with the reference's message."""
 
     code = "not_admitted"

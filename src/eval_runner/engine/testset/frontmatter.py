@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from eval_runner.contracts.case_id import is_case_id
+from eval_runner.errors import EvalRunnerError
 
 #: What a case file declares as `v`, and the prefix every version of it shares.
 CASE_SCHEMA = "openagents.eval-case.v1"
@@ -33,7 +34,7 @@ MAX_NAME_BYTES = 64
 Table = dict[str, Any]
 
 
-class TestSetError(Exception):
+class TestSetError(EvalRunnerError):
     """A test set that does not load: the file (relative to the eval directory, `/`-separated), the key
     the problem is in (`None` when it is the file as a whole), and a plain message that also names it."""
 

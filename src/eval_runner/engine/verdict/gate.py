@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from eval_runner.engine.verdict.scores import ArmMeasure, Comparison
+from eval_runner.errors import EvalRunnerError
 
 
 class Verdict(StrEnum):
@@ -60,7 +61,7 @@ class Criterion:
     detail: str
 
 
-class GateError(ValueError):
+class GateError(EvalRunnerError, ValueError):
     """A gate document that is not an `ext-eval-v2`-shaped extension evaluation gate."""
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
+from eval_runner.errors import EvalRunnerError
+
 
 class CaseKind(StrEnum):
     """Whether the extension ought to act on a case."""
@@ -59,7 +61,7 @@ RunMeasure = Literal["score", "cost_usd", "seconds"]
 UNGRADED = frozenset({OutcomeWord.CANCELLED, OutcomeWord.UNKNOWN})
 
 
-class ScoreError(ValueError):
+class ScoreError(EvalRunnerError, ValueError):
     """Graded runs that do not fit the plan, or a record that contradicts itself.
 
     `case`, `arm` and `attempt` name the run when one is at fault.

@@ -25,6 +25,7 @@ from eval_runner.contracts.execution import Binding
 from eval_runner.contracts.outputs import PublishOutput
 from eval_runner.contracts.refs import ArtifactRef, EventRef
 from eval_runner.contracts.strict_json import JsonValue, canonical, read
+from eval_runner.errors import EvalRunnerError
 
 #: Claims holding a slot at once: running and queued suites and publishes (runner.md §22).
 CAPACITY = 16
@@ -39,7 +40,7 @@ KEY_NAME_CHARS = 32
 CONFLICT_MESSAGE = "this request ID was used for a different request"
 
 
-class LedgerError(Exception):
+class LedgerError(EvalRunnerError):
     """The ledger could not do what was asked; nothing was changed by the failed call.
 
     `code` says why in the wire vocabulary: `unavailable` for storage failures and unknown claims (the

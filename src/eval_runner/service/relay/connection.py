@@ -45,6 +45,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
 from eval_runner.contracts.publication import MAX_EVENT_MESSAGE_BYTES
+from eval_runner.errors import EvalRunnerError
 from eval_runner.nostr import (
     AuthChallenge,
     AuthResponse,
@@ -79,7 +80,7 @@ SOCKET_CLOSED: Final = "the relay closed the socket"
 AUTH_REFUSED: Final = "NIP-42 authentication refused"
 
 
-class RelayError(Exception):
+class RelayError(EvalRunnerError):
     """A relay operation that failed. `code` is for branching, `str()` is the sentence to log.
 
     Codes: `unreachable` (no socket), `closed` (the socket ended), `timeout`, `auth_refused`,

@@ -53,6 +53,7 @@ from eval_runner.engine.testset.cases import Operation, Suite, load_suite
 from eval_runner.engine.testset.catalog import Catalog, NotAdmittedError, Subject, Tool
 from eval_runner.engine.testset.drafts import write_draft
 from eval_runner.engine.testset.frontmatter import TestSetError
+from eval_runner.errors import EvalRunnerError
 from eval_runner.service.config import admission_closed, os_error_text
 from eval_runner.service.requests.opening import REQUEST_KIND, OpenedExecute
 
@@ -74,7 +75,7 @@ HOSTED_OPERATIONS: Final = frozenset({Operation.READ, Operation.WRITE})
 ToolRelease = Callable[[Tool], Awaitable[EventRef]]
 
 
-class RefusalError(Exception):
+class RefusalError(EvalRunnerError):
     """Refuse the request with `code` and `message` (answered at once; nothing was reserved)."""
 
     def __init__(self, code: Code, message: str) -> None:

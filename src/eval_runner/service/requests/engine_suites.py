@@ -35,6 +35,7 @@ from eval_runner.engine.suite_run import (
     SuitePlan,
     run_suite,
 )
+from eval_runner.errors import EvalRunnerError
 from eval_runner.service.config import Config, DecisionPin, JevDoorKind, os_error_text
 from eval_runner.service.requests.admission import RunPlan
 from eval_runner.service.requests.suites import Progress, SuiteError, SuiteResult
@@ -42,7 +43,7 @@ from eval_runner.service.requests.suites import Progress, SuiteError, SuiteResul
 QUESTION_SUFFIX: Final = ".json"
 
 
-class QuestionsError(Exception):
+class QuestionsError(EvalRunnerError):
     """The question sets could not be read (`EVAL_RUNNER_QUESTIONS`); `str()` names the file."""
 
 

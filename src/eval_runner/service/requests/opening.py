@@ -29,6 +29,7 @@ from typing import Final
 
 from eval_runner.contracts.errors import ContractError
 from eval_runner.contracts.execution import MAX_PLAINTEXT_BYTES, ControlBody, ExecuteBody, fingerprint, open_body
+from eval_runner.errors import EvalRunnerError
 from eval_runner.nostr import ConversationKeys, Event, NostrError, PublicKey, SecretKey, first_tag_value, tag_values
 from eval_runner.nostr.keys import is_lower_hex
 
@@ -73,7 +74,7 @@ class SeenIds:
         return len(self._ids)
 
 
-class DropError(Exception):
+class DropError(EvalRunnerError):
     """The event does not open: drop it, log `reason`, answer nothing. `verified` says whether its id and
     signature held (only then is its id worth remembering: a forgery may carry a genuine event's id)."""
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
+from eval_runner.errors import EvalRunnerError
 from eval_runner.service.config import Limits, os_error_text
 
 DAY_SECONDS: Final = 86_400
@@ -38,7 +39,7 @@ BRAKED: Final = "the hosted runner can't take this run right now; try again late
 OVER_QUOTA: Final = "over_quota"
 
 
-class OverQuotaError(Exception):
+class OverQuotaError(EvalRunnerError):
     """A set brake is spent. Answer `over_quota` with `message` (always `BRAKED`)."""
 
     code: str = OVER_QUOTA

@@ -27,6 +27,7 @@ from eval_runner.contracts.errors import Code, ContractError
 from eval_runner.contracts.hosted import REPORT_SCHEMA, SEALED_KIND
 from eval_runner.contracts.refs import ArtifactRef, EventRef
 from eval_runner.contracts.strict_json import JsonValue, canonical, read
+from eval_runner.errors import EvalRunnerError
 from eval_runner.nostr import ConversationKeys, Event, NostrError, PublicKey, SecretKey, sign
 from eval_runner.nostr.nip44 import STANDARD_MAX_PLAINTEXT
 
@@ -40,7 +41,7 @@ class EventPublisher(Protocol):
     async def publish(self, event: Event) -> None: ...
 
 
-class SealError(Exception):
+class SealError(EvalRunnerError):
     """The report could not be sealed or published; `str()` is the failure result's message."""
 
 

@@ -15,10 +15,11 @@ from typing import Protocol
 
 from eval_runner.contracts.outputs import Headline
 from eval_runner.contracts.refs import ArtifactRef
+from eval_runner.errors import EvalRunnerError
 from eval_runner.service.requests.admission import RunPlan
 
 
-class SuiteError(Exception):
+class SuiteError(EvalRunnerError):
     """The suite errored: the run fails (`failed`, the first 400 characters of `str()`), the quota is given back."""
 
 

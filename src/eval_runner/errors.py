@@ -1,0 +1,11 @@
+"""The root of every error eval-runner raises that is not a wire error.
+
+Wire errors keep their own roots, because their codes are the wire's: `contracts.errors.ContractError`
+(code, field path, message) and `nostr.errors.NostrError`. Everything else (a test set that does not
+load, a run that cannot start, a ledger that cannot be written, a relay that went away) derives from
+`EvalRunnerError`, so a caller can catch what is ours without catching Python's own.
+"""
+
+
+class EvalRunnerError(Exception):
+    """Something eval-runner could not do; `str()` is the message a person reads."""
