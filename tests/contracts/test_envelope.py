@@ -20,16 +20,13 @@ from eval_runner.contracts.envelope import (
 )
 from eval_runner.contracts.errors import Code, ContractError
 from eval_runner.contracts.refs import ArtifactRef
-from eval_runner.contracts.report import REPORT_SCHEMA, report_ref
+from eval_runner.contracts.report import report_ref
 from eval_runner.contracts.strict_json import canonical, read
+from tests.support.report_envelopes import sealed_report
 from tests.support.sample_reports import AT, hex_of, report
 
 T = hex_of("trainer")
 MAILBOX = hex_of("mailbox")
-
-
-def sealed_report() -> Envelope:
-    return Envelope.of_inline(report().to_json(), REPORT_SCHEMA, issued_at=AT, retain_until=AT + 604_800)
 
 
 def test_a_sealed_report_names_the_report_ref_and_round_trips() -> None:

@@ -36,9 +36,9 @@ from eval_runner.contracts.hosted import RUNNER, PublishInput, RunInput, build_e
 from eval_runner.contracts.outputs import Headline, PublishOutput, RunOutput, parse_output
 from eval_runner.contracts.refs import ArtifactRef, EventRef
 from eval_runner.contracts.strict_json import MAX_SAFE_INTEGER, JsonValue, canonical, digest_bytes
-from tests.contracts.test_answers import accepted, completed_run, progress, refusal, unknown
-from tests.contracts.test_execution import EXPIRATION, body, control
-from tests.contracts.test_hosted import chat, published
+from tests.support.execution_answers import accepted, completed_run, progress, refusal, unknown
+from tests.support.execution_bodies import EXPIRATION, body, control
+from tests.support.hosted_inputs import chat, published
 
 fast = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -17,7 +16,6 @@ from eval_runner.contracts.publication import (
     PUBLICATION_KIND,
     Citation,
     Cites,
-    Unsigned,
     check_relay_size,
     check_request,
     publication,
@@ -26,26 +24,11 @@ from eval_runner.contracts.publication import (
     verified_trainer,
 )
 from eval_runner.contracts.refs import EventRef
-from eval_runner.contracts.report import MAX_REPORT_BYTES, Report, report_ref
+from eval_runner.contracts.report import MAX_REPORT_BYTES, Report
 from eval_runner.contracts.strict_json import JsonValue, canonical, digest_bytes, read
 from eval_runner.nostr.event import Event, sign
-from eval_runner.nostr.keys import SecretKey
+from tests.support.publication_events import RUNNER, key, pubkey, report_bytes, signed
 from tests.support.sample_reports import AT, Spec, hex_of, report
-
-
-def key(label: str) -> SecretKey:
-    return SecretKey(hashlib.sha256(label.encode()).digest())
-
-
-def pubkey(label: str) -> str:
-    return key(label).public_key().to_hex()
-
-
-RUNNER = pubkey("runner")
-
-
-def signed(parts: Unsigned, label: str = "runner", at: int = AT) -> Event:
-    return sign(key(label), parts.kind, parts.tags, parts.content, at)
 
 
 def request(trainer: str = "trainer", worker: str = RUNNER, content: str = "ciphertext") -> Event:
@@ -54,10 +37,6 @@ def request(trainer: str = "trainer", worker: str = RUNNER, content: str = "ciph
 
 def requester(asked: Event) -> EventRef:
     return EventRef(id=asked.id, pubkey=asked.pubkey, kind=asked.kind)
-
-
-def report_bytes(spec: Spec | None = None) -> bytes:
-    return report_ref(report(spec or Spec(evaluator=RUNNER)))[0]
 
 
 def hosted(asked: Event | None = None) -> tuple[Event, Event]:

@@ -9,22 +9,19 @@ from typing import Any
 import pytest
 
 from eval_runner.contracts.errors import Code, ContractError
-from eval_runner.contracts.refs import DefinitionRef
 from eval_runner.contracts.report_documents import (
     LOCK_SCHEMA,
     PARTITION_SCHEMA,
     AgentPin,
     ArmLock,
     Limitations,
-    LockedFile,
-    Outcome,
     Partition,
     RunArm,
-    RunEntry,
     RunsDocument,
 )
 from eval_runner.contracts.strict_json import canonical, digest_bytes, read
-from tests.support.sample_reports import blob, hex_of
+from tests.support.report_documents import AGENT, entry, subject_lock
+from tests.support.sample_reports import hex_of
 
 
 def test_partition_bytes_are_the_engines_pretty_json() -> None:
@@ -92,10 +89,6 @@ def test_limitations_round_trip_and_rules() -> None:
     assert caught.value.code is Code.MALFORMED
 
 
-def entry(arm: RunArm = RunArm.SUBJECT, case: str = "map-repo", attempt: int = 1) -> RunEntry:
-    return RunEntry(arm, case, attempt, Outcome.FAILED, (blob("receipt"),), (blob("atif", "ATIF-v1.8"), blob("g")))
-
-
 def test_runs_document_round_trips() -> None:
     runs = RunsDocument((entry(), entry(attempt=2), entry(RunArm.BASELINE)))
     data, ref = runs.ref()
@@ -122,19 +115,6 @@ def test_runs_document_rules(edit: Callable[[Any], object], code: Code) -> None:
     with pytest.raises(ContractError) as caught:
         RunsDocument.parse(value)
     assert caught.value.code is code
-
-
-AGENT = AgentPin(digest=digest_bytes(b"coder"), size=5)
-
-
-def subject_lock() -> ArmLock:
-    return ArmLock(
-        arm=RunArm.SUBJECT,
-        agent=AGENT,
-        definition=DefinitionRef(id=f"{hex_of('p')}:demo/demo", artifact=blob("package.json")),
-        package={"publisher": hex_of("p"), "slug": "demo"},
-        programs=(LockedFile("demo", digest_bytes(b"program"), 7),),
-    )
 
 
 def test_locks_round_trip_and_change_digest_with_the_agent() -> None:

@@ -26,12 +26,12 @@ from eval_runner.contracts.report_documents import ArmLock, Limitations, Partiti
 from eval_runner.contracts.strict_json import MAX_SAFE_INTEGER, JsonValue, canonical, read
 from eval_runner.contracts.suite import Suite
 from eval_runner.nostr.event import sign
-from tests.contracts.test_envelope import sealed_report
-from tests.contracts.test_publication import RUNNER, key, report_bytes, signed
-from tests.contracts.test_report_documents import entry, subject_lock
-from tests.contracts.test_suite_package import built
+from tests.support.publication_events import RUNNER, key, report_bytes, signed
 from tests.support.reference_files import load
+from tests.support.report_documents import entry, subject_lock
+from tests.support.report_envelopes import sealed_report
 from tests.support.sample_reports import Spec, report
+from tests.support.suite_packages import built
 
 SCALARS = (
     st.none()

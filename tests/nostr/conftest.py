@@ -1,20 +1,10 @@
-"""Shared fixtures for the Nostr primitive tests: vendored vectors (never ../shared) and fixed keys."""
+"""Shared fixtures for the Nostr primitive tests: fixed keys."""
 
 from __future__ import annotations
-
-import json
-from typing import Any
 
 import pytest
 
 from eval_runner.nostr import SecretKey
-from tests.support.paths import TESTS
-
-VECTORS = TESTS / "vectors"
-
-
-def load_vectors(name: str) -> Any:
-    return json.loads((VECTORS / name).read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="session")

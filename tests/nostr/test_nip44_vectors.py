@@ -18,7 +18,8 @@ from eval_runner.nostr.nip44 import (
     encrypt,
     message_keys,
 )
-from tests.nostr.conftest import VECTORS, load_vectors
+from tests.support.nip44_vectors import load_vectors
+from tests.support.paths import VECTORS
 
 OFFICIAL_SHA256 = "269ed0f69e4c192512cc779e78c555090cebc7c785b609e338a62afc3ce25040"
 V2: dict[str, Any] = load_vectors("nip44.vectors.json")["v2"]

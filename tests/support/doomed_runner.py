@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 from eval_runner.engine.run.confinement import probe
-from eval_runner.engine.run.leftovers import bridges
-from eval_runner.engine.run.sandbox import Unconfined, owner_mark
+from eval_runner.engine.run.leftovers import bridges, owner_mark
+from eval_runner.engine.run.sandbox import Unconfined
 from tests.support.sandboxed_runs import run_act, spec_for
 from tests.support.stand_in_door_proxy import StandInDoors
 

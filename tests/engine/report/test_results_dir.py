@@ -23,7 +23,7 @@ from eval_runner.engine.report.results_dir import (
     write_results,
 )
 from eval_runner.engine.run.collect import path_bytes
-from tests.engine.report.test_build import S, better_attempts, inputs
+from tests.support.report_inputs import S, better_attempts, inputs
 from tests.support.results_walk import verify_every_ref
 
 NOW = 1_790_000_123_456
@@ -33,13 +33,6 @@ def built_and_written(evals: Path, base: Path, attempts: tuple[Attempt, ...] | N
     given = inputs(evals, attempts)
     built = build_report(given)
     return built, write_results(base, built, given.attempts, suite_files(given.suite), now_ms=NOW)
-
-
-@pytest.fixture
-def evals(tmp_path: Path) -> Path:
-    from tests.engine.report.test_build import TWO_CASES, write_cases
-
-    return write_cases(tmp_path / "evals", TWO_CASES)
 
 
 def test_the_directory_holds_every_file_of_the_layout(evals: Path, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from eval_runner.engine.run.collect import remove_results_holding_secret, remove_tree, secret_in
+from eval_runner.engine.run.layout import reachable
 from eval_runner.engine.run.sandbox import Confinement, Limits
 from eval_runner.engine.run.turn import (
     CODER_DOOR_PORT,
@@ -25,7 +26,6 @@ from eval_runner.engine.run.turn import (
     DoorSetup,
     RunOutcome,
     errored,
-    reachable,
     run_once,
 )
 from eval_runner.engine.testset.cases import Operation
@@ -220,8 +220,9 @@ def test_a_fork_bomb_is_contained_when_the_runner_is_not_root(tmp_path: Path) ->
 import asyncio, sys
 sys.path.insert(0, {str(src)!r})
 from pathlib import Path
+from eval_runner.engine.run.confined import run_confined
 from eval_runner.engine.run.confinement import probe
-from eval_runner.engine.run.sandbox import Launch, Limits, run_confined
+from eval_runner.engine.run.sandbox import Launch, Limits
 
 async def main():
     root = Path({str(root)!r})

@@ -24,9 +24,10 @@ from aiohttp import web
 
 from eval_runner.engine.run.collect import remove_tree
 from eval_runner.engine.run.door_proxy import DoorProxy
-from eval_runner.engine.run.leftovers import OWNER_FILE, bridges, mark_owner, sweep
-from eval_runner.engine.run.sandbox import Confinement, Limits, owner_mark
-from eval_runner.engine.run.turn import DoorSetup, errored, interpreter_paths, run_once
+from eval_runner.engine.run.layout import interpreter_paths
+from eval_runner.engine.run.leftovers import OWNER_FILE, bridges, mark_owner, owner_mark, sweep
+from eval_runner.engine.run.sandbox import Confinement, Limits
+from eval_runner.engine.run.turn import DoorSetup, errored, run_once
 from tests.support.paths import REPO
 from tests.support.sandboxed_runs import (
     BOUND_SECONDS,
@@ -138,7 +139,7 @@ async def test_a_start_sweeps_what_a_runner_that_is_gone_left_behind(
     confinement: Confinement, temp_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dead_owner = f"{os.getpid()}:0"  # this pid, but a start time it never had: another, ended process
-    monkeypatch.setattr("eval_runner.engine.run.sandbox.owner_mark", lambda: dead_owner)
+    monkeypatch.setattr("eval_runner.engine.run.confined.owner_mark", lambda: dead_owner)
     doors = StandInDoors()
     running = asyncio.ensure_future(run_act(spec_for(temp_root, "polite"), confinement, doors=doors))
     await doors.ready.wait()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from eval_runner.engine.run.collect import remove_tree
+from eval_runner.engine.run.confined import run_confined
 from eval_runner.engine.run.confinement import probe
 from eval_runner.engine.run.memory_watch import resident
 from eval_runner.engine.run.sandbox import (
@@ -25,7 +26,6 @@ from eval_runner.engine.run.sandbox import (
     Limits,
     Stop,
     Unconfined,
-    run_confined,
 )
 from tests.support.paths import REPO
 from tests.support.sandboxed_runs import (
@@ -196,8 +196,9 @@ _RUNNER = r"""
 import asyncio, os, sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
+from eval_runner.engine.run.confined import run_confined
 from eval_runner.engine.run.confinement import probe
-from eval_runner.engine.run.sandbox import Launch, run_confined
+from eval_runner.engine.run.sandbox import Launch
 
 async def main():
     root = Path(sys.argv[2])

@@ -12,11 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eval_runner.engine.run.atif_log import DECISION_CALL_SCHEMA, INTERRUPTED, LogFault
 from eval_runner.engine.run.trajectory import (
-    DECISION_CALL_SCHEMA,
-    INTERRUPTED,
     SCHEMA_VERSION,
-    LogFault,
     Source,
     TrajectoryError,
     atif_digest,

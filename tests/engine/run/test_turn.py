@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from eval_runner.engine.run.collect import remove_tree
+from eval_runner.engine.run.layout import reachable
 from eval_runner.engine.run.sandbox import Confinement, Unconfined
 from eval_runner.engine.run.turn import (
     CODER_DOOR_PORT,
@@ -22,7 +23,6 @@ from eval_runner.engine.run.turn import (
     DoorSetup,
     RunOutcome,
     errored,
-    reachable,
     run_once,
 )
 from eval_runner.engine.testset.cases import Operation

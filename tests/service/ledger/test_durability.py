@@ -9,7 +9,6 @@ writers never lose or tear each other's changes, and a write that fails leaves n
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -23,7 +22,7 @@ from eval_runner.contracts.answers import ResultBody
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.strict_json import canonical
 from eval_runner.service.ledger.store import CAPACITY, Claim, Ledger, LedgerError, Refusal, Retransmission, ledger_path
-from tests.service.ledger.test_store import (
+from tests.support.ledger_requests import (
     MAILBOX,
     NOW,
     OTHER_WORKER,
@@ -40,32 +39,8 @@ from tests.support.paths import REPO
 ROOT = REPO
 
 
-def child(argv: list[str]) -> None:
-    """A child process's part: `<state> <worker> <mode> [count]`."""
-    state, worker, mode = Path(argv[0]), argv[1], argv[2]
-    ledger = open_ledger(state, worker)
-    if mode == "intend-and-wait":
-        claim = dispatch(ledger, execute())
-        print(claim.key, flush=True)
-        sys.stdin.read()
-    elif mode == "finish-and-die":
-        claim = dispatch(ledger, execute())
-        ledger.record_progress(claim.key, 0, "queued")
-        ledger.finish(claim.key, "failed", failed(claim))
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif mode == "intend-and-die":
-        dispatch(ledger, execute())
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif mode == "many":
-        for n in range(int(argv[3])):
-            claim = dispatch(ledger, execute(f"req-{n}"), event(f"{worker}-{n}"))
-            ledger.record_progress(claim.key, 0, "queued")
-            ledger.finish(claim.key, "failed", failed(claim))
-        ledger.close()
-
-
 def spawn(state: Path, worker: str, mode: str, *extra: str) -> subprocess.Popen[str]:
-    code = "import sys; from tests.service.ledger.test_durability import child; child(sys.argv[1:])"
+    code = "import sys; from tests.support.ledger_children import child; child(sys.argv[1:])"
     return subprocess.Popen(
         [sys.executable, "-c", code, str(state), worker, mode, *extra],
         cwd=ROOT,

@@ -13,7 +13,7 @@ from eval_runner.contracts.outputs import PublishOutput
 from eval_runner.contracts.refs import ArtifactRef, EventRef
 from eval_runner.contracts.strict_json import digest_bytes
 from eval_runner.service.ledger.store import Job, LedgerError, key_of
-from tests.service.ledger.test_store import (
+from tests.support.ledger_requests import (
     STRANGER,
     TRAINER,
     WORKER,

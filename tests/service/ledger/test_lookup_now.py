@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.service.ledger.test_store import TRAINER, execute, open_ledger, reserve
+from tests.support.ledger_requests import TRAINER, execute, open_ledger, reserve
 
 
 def test_a_free_ledger_answers_as_lookup_does(tmp_path: Path) -> None:

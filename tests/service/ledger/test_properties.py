@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.execution import fingerprint
 from eval_runner.service.ledger.store import CAPACITY, Claim, Ledger, LedgerError, Refusal, Retransmission
-from tests.service.ledger.test_store import (
+from tests.support.ledger_requests import (
     DEADLINE,
     MAILBOX,
     NOW,

@@ -1,7 +1,6 @@
 """The execution ledger on a real SQLite file: every reservation rule, each phase, results, controls, opening.
 
-The builders at the top are shared with `test_ledger_jobs`, `test_ledger_durability` (whose child processes
-import them) and `test_ledger_properties`.
+The shared builders (bodies, keys, clock, reserve/dispatch, result bodies) are in `tests.support.ledger_requests`.
 """
 
 from __future__ import annotations
@@ -12,15 +11,12 @@ import os
 import sqlite3
 import stat
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from eval_runner.contracts.answers import ResultBody
 from eval_runner.contracts.errors import Code
-from eval_runner.contracts.execution import ExecuteBody, fingerprint, root_record
-from eval_runner.contracts.outputs import PublishOutput
-from eval_runner.contracts.refs import EventRef
+from eval_runner.contracts.execution import fingerprint, root_record
 from eval_runner.contracts.strict_json import canonical, digest_bytes, read
 from eval_runner.service.ledger.store import (
     CAPACITY,
@@ -35,96 +31,33 @@ from eval_runner.service.ledger.store import (
     key_of,
     ledger_path,
 )
+from tests.support.ledger_requests import (
+    DEADLINE,
+    MAILBOX,
+    NOW,
+    OTHER_WORKER,
+    RETAIN,
+    STRANGER,
+    TRAINER,
+    WORKER,
+    cancelled,
+    dispatch,
+    event,
+    execute,
+    failed,
+    open_ledger,
+    published,
+    reserve,
+    stored_job,
+)
 
-WORKER = "a7cff3ee1ff0209f971b9f24673db310ab858899c9d9a99b640e6cb29b1753f0"
-OTHER_WORKER = "c" * 64
-TRAINER = "b" * 64
-STRANGER = "d" * 64
-NOW = 1_790_000_000
-DEADLINE = NOW + 3_600
-RETAIN = DEADLINE + 604_800
 HORIZON = NOW + 3_600 + 604_800 + 86_400
-MAILBOX = "ab" * 32
-
-
-def artifact(text: str) -> dict[str, Any]:
-    data = text.encode()
-    return {"digest": digest_bytes(data), "size": len(data), "media_type": "application/json"}
-
-
-def execute(
-    request: str = "req-1",
-    attempt: int = 1,
-    *,
-    deadline: int = DEADLINE,
-    retain_until: int = RETAIN,
-    note: str = "first",
-) -> ExecuteBody:
-    """An execute body as a trainer's phone would send it (the input is opaque to the ledger)."""
-    value = {
-        "v": "openagents.execution.v1",
-        "requires": [],
-        "type": "execute",
-        "request": request,
-        "attempt": attempt,
-        "run": f"run-{request}",
-        "target": {"id": f"{WORKER}:ext-eval/run", "artifact": artifact("program")},
-        "lock": artifact("lock"),
-        "input": {"v": "openagents.ext-eval-hosted.v1", "note": note},
-        "context": artifact("context"),
-        "requirements": artifact("requirements"),
-        "bounds": {},
-        "deadline": deadline,
-        "retain_until": retain_until,
-    }
-    return ExecuteBody.parse(value, expiration=str(deadline))
-
-
-def event(n: int | str) -> str:
-    """A distinct 64-hex event id."""
-    return hashlib.sha256(f"event-{n}".encode()).hexdigest()
-
-
-def open_ledger(directory: Path, worker: str = WORKER, now: int = NOW) -> Ledger:
-    return Ledger.open(ledger_path(directory), worker, now)
-
-
-def reserve(ledger: Ledger, body: ExecuteBody, event_id: str | None = None, principal: str = TRAINER) -> Claim:
-    found = ledger.prepare(body, event_id or event(body.request), principal, NOW, MAILBOX, created_at=NOW - 5)
-    assert isinstance(found, Claim), found
-    return found
-
-
-def dispatch(ledger: Ledger, body: ExecuteBody, event_id: str | None = None, principal: str = TRAINER) -> Claim:
-    """prepare + acknowledge + intend, as the service does before `accepted` (runner.md §9.7 step 3)."""
-    claim = reserve(ledger, body, event_id, principal)
-    ledger.acknowledge(claim.key)
-    return ledger.intend(claim.key)
 
 
 def claim_at(ledger: Ledger, key: str) -> Claim:
     found = ledger.lookup(key)
     assert found is not None
     return found
-
-
-def stored_job(ledger: Ledger, key: str) -> Job:
-    found = ledger.job(key)
-    assert found is not None
-    return found
-
-
-def failed(claim: Claim, message: str = "the suite could not start") -> str:
-    return json.dumps(ResultBody.failed(claim.binding, claim.record, message).to_json())
-
-
-def cancelled(claim: Claim) -> str:
-    return json.dumps(ResultBody.cancelled(claim.binding, claim.record).to_json())
-
-
-def published(claim: Claim, result_id: str = "e" * 64) -> str:
-    output = PublishOutput(EventRef("f" * 64, WORKER, 3184), EventRef(result_id, WORKER, 3189))
-    return json.dumps(ResultBody.completed(claim.binding, claim.record, output).to_json(), indent=1)
 
 
 def refused(found: object, code: Code) -> Refusal:

@@ -18,7 +18,8 @@ import socket
 import tempfile
 from pathlib import Path
 
-from eval_runner.engine.run.sandbox import Confinement, Launch, Stop, Unconfined, host_shape, run_confined
+from eval_runner.engine.run.confined import run_confined
+from eval_runner.engine.run.sandbox import Confinement, Launch, Stop, Unconfined, host_shape
 
 #: The port the probe's door is offered at inside its sandbox.
 _DOOR_PORT = 8400

@@ -15,15 +15,41 @@ import contextlib
 import os
 import signal
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from eval_runner.engine.run.collect import remove_tree
-from eval_runner.engine.run.sandbox import owner_mark, process_start
 
 #: The file in a run directory (and a temp root) that names the process that made it.
 OWNER_FILE = ".owner"
 #: The first line of the bridge's source: how its command line is recognised, whatever its version.
 _BRIDGE_HEAD = '"""The sandbox\'s first process'
+
+
+def owner_mark() -> str:
+    """`<pid>:<start time>` of this process: what a bridge names as its runner, so a later sweep can tell a
+    sandbox whose runner is gone (a pid alone may have been reused by then)."""
+    return _mark(os.getpid())
+
+
+@cache
+def _mark(pid: int) -> str:
+    return f"{pid}:{process_start(pid)}"
+
+
+def process_start(pid: int) -> int | None:
+    """A process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold anything; count fields after its end.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)

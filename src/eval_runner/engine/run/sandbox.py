@@ -50,16 +50,10 @@ waits for the agent, the deadline or a cancel, stops the sandbox (SIGTERM throug
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import importlib.resources
-import json
 import math
 import os
-import select
-import signal
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -67,8 +61,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from eval_runner.engine.run import disk_watch, memory_watch, syscall_filter
-from eval_runner.engine.run.cgroup import CgroupHost, RunCgroup, find_host
+from eval_runner.engine.run import syscall_filter
+from eval_runner.engine.run.cgroup import CgroupHost, find_host
 
 #: Where the backend may be installed (runner.md §13.5), first found wins.
 BWRAP_PATHS = ("/usr/bin/bwrap", "/run/current-system/sw/bin/bwrap")
@@ -79,10 +73,8 @@ SANDBOX_USER = "eval"
 NETWORK_POLICY = "door-only"
 #: SIGTERM → this many seconds → SIGKILL (runner.md §22).
 GRACE_SECONDS = 2.0
-#: How long a stopped sandbox may take to be gone before it is SIGKILLed again.
-_GONE_SECONDS = 5.0
 #: While a sandbox is stopping, holding this many times its memory budget SIGKILLs it at once.
-_CEILING = 1.5
+CEILING = 1.5
 #: Seconds past the deadline and the grace after which the bridge ends the sandbox on its own.
 OVERDUE_MARGIN_SECONDS = 5
 
@@ -288,7 +280,7 @@ def _under(path: str, roots: Sequence[str]) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------
-# One sandbox
+# bubblewrap's command line
 
 
 @cache
@@ -297,320 +289,7 @@ def bridge_source() -> str:
     return importlib.resources.files("eval_runner.engine.run").joinpath("bridge.py").read_text(encoding="utf-8")
 
 
-async def run_confined(
-    confinement: Confinement, launch: Launch, *, cancel: asyncio.Event, grace: float = GRACE_SECONDS
-) -> Ended:
-    """Start `launch` in a sandbox and wait for its end: the agent's exit, the deadline, or `cancel`.
-    A stop sends SIGTERM to everything inside (through the bridge), waits `grace` seconds, then
-    SIGKILLs the sandbox. Returns once no process of it is left; a caller cancelling this coroutine
-    gets the sandbox SIGKILLed before the cancellation goes on."""
-    with contextlib.ExitStack() as held:
-
-        def hold(fd: int) -> int:
-            held.callback(os.close, fd)
-            return fd
-
-        status_r, status_w = os.pipe2(os.O_CLOEXEC)
-        hold(status_r)
-        # The sandbox's lifeline: only this process ever holds the write end, so its end (however this
-        # process ends) is an end of file the bridge sees, and the bridge then ends the sandbox.
-        lifeline_r, lifeline_w = os.pipe2(os.O_CLOEXEC)
-        hold(lifeline_w)
-        info_r, info_w = os.pipe2(os.O_CLOEXEC)
-        cgroup = _cgroup(confinement, launch.limits)
-        go_r = go_w = None
-        if cgroup is not None:
-            held.callback(cgroup.remove)  # after the sandbox is gone: this block ends only then
-            # The bridge waits for a byte here before it starts the agent: the runner first moves it into
-            # the cgroup (a v1 move waits for an RCU grace period, ~3 ms, while the bridge starts up).
-            go_r, go_w = os.pipe2(os.O_CLOEXEC)
-        pid1 = _Pid1(info_r, cgroup, go_w)
-        held.callback(pid1.close)
-        stdout = hold(_open_output(launch.stdout))
-        stderr = hold(_open_output(launch.stderr))
-        # Descriptors only the sandbox keeps: closed here as soon as it has them.
-        with contextlib.ExitStack() as passed_on:
-            passed = [status_w, info_w, lifeline_r]
-            if go_r is not None:
-                passed.append(go_r)
-
-            def close_passed() -> None:
-                for fd in passed:
-                    os.close(fd)
-
-            passed_on.callback(close_passed)
-            args_fd = _options_file(confinement, launch, info_w, passed)
-            argv = [
-                *_drop(confinement),
-                confinement.bwrap,
-                "--args",
-                str(args_fd),
-                "--",
-                confinement.python,
-                "-I",
-                "-S",
-                "-c",
-                bridge_source(),
-                str(status_w),
-                *launch.limits.bridge_options(launch.deadline_seconds),
-                *(f"door:{port}={path}" for port, path in launch.doors),
-                f"lifeline:{lifeline_r}",
-                f"overdue:{math.ceil(launch.deadline_seconds + grace) + OVERDUE_MARGIN_SECONDS}",
-                f"owner:{owner_mark()}",
-                *([] if go_r is None else [f"go:{go_r}"]),
-                "--",
-                *launch.command,
-            ]
-            started = time.monotonic()
-            try:
-                process = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=stdout,
-                    stderr=stderr,
-                    pass_fds=passed,
-                    start_new_session=True,
-                    env={},
-                    **_identity(confinement),
-                )
-            except OSError as exc:
-                os.write(stderr, f"eval-runner: cannot start {confinement.bwrap}: {exc.strerror}\n".encode())
-                return Ended(Stop.EXITED, 0.0, None, b"", _read_back(stderr, launch.limits))
-        pid1.watch()
-        stop, memory, disk = await _wait_or_stop(process, pid1, launch, cancel, grace)
-        seconds = time.monotonic() - started
-        await pid1.gone()
-        return Ended(
-            stop,
-            seconds,
-            _read_status(status_r),
-            _read_back(stdout, launch.limits),
-            _read_back(stderr, launch.limits),
-            memory,
-            disk,
-        )
-
-
-async def _wait_or_stop(
-    process: asyncio.subprocess.Process, pid1: _Pid1, launch: Launch, cancel: asyncio.Event, grace: float
-) -> tuple[Stop, int | None, str | None]:
-    """Wait for the sandbox's exit, the deadline, a cancel, its memory or its files over budget; stop it
-    for all but the first. Returns why, what it held when the memory was why, and what the disk found."""
-    exited = asyncio.ensure_future(process.wait())
-    cancelled = asyncio.ensure_future(cancel.wait())
-    limits = launch.limits
-    budget = limits.memory
-    over = asyncio.ensure_future(memory_watch.exceeded(pid1.live_pid, budget, pid1.held))
-    disk = asyncio.ensure_future(
-        disk_watch.exceeded(pid1.live_pid, launch.writable, budget=limits.disk, files=limits.files)
-    )
-    ceiling: asyncio.Future[int] | None = None
-    try:
-        done, _ = await asyncio.wait(
-            {exited, cancelled, over, disk}, timeout=launch.deadline_seconds, return_when=asyncio.FIRST_COMPLETED
-        )
-        if over in done:
-            stop = Stop.MEMORY
-        elif disk in done:
-            stop = Stop.DISK
-        else:
-            stop = Stop.EXITED if exited in done else Stop.CANCELLED if cancelled in done else Stop.TIMEOUT
-        if stop is not Stop.EXITED:
-            if not pid1.send(signal.SIGTERM):
-                _kill_group(process, signal.SIGTERM)
-            # The grace is for ending well, not for growing: far over the budget ends it at once.
-            ceiling = asyncio.ensure_future(memory_watch.exceeded(pid1.live_pid, int(budget * _CEILING), pid1.held))
-            done, _ = await asyncio.wait({exited, ceiling}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
-            if exited not in done:
-                _kill(process, pid1)
-                await exited
-        if stop is Stop.EXITED and pid1.cgroup is not None and pid1.cgroup.oom_kills():
-            # The kernel stopped a process at the cgroup's ceiling between two of our measurements.
-            return Stop.MEMORY, int(budget * _CEILING), None
-        found = disk.result().detail(limits.disk, limits.files) if stop is Stop.DISK else None
-        return stop, over.result() if stop is Stop.MEMORY else None, found
-    except BaseException:
-        # Our caller gave up on the run (or something broke): the sandbox must not outlive this call.
-        _kill(process, pid1)
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(asyncio.shield(exited), _GONE_SECONDS)
-            await pid1.gone()
-        raise
-    finally:
-        for waiting in (cancelled, over, disk, ceiling):
-            if waiting is not None:
-                waiting.cancel()
-
-
-def _kill(process: asyncio.subprocess.Process, pid1: _Pid1) -> None:
-    """SIGKILL the sandbox: bubblewrap's group outside and pid 1 inside (whose end ends the namespace)."""
-    _kill_group(process, signal.SIGKILL)
-    pid1.send(signal.SIGKILL)
-
-
-def _kill_group(process: asyncio.subprocess.Process, signum: int) -> bool:
-    if process.returncode is not None:
-        return False
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signum)
-    return True
-
-
-class _Pid1:
-    """The sandbox's pid 1 (the bridge), learnt from bubblewrap's `--info-fd` and held as a pidfd, so
-    signals reach the right process and the runner can wait until the PID namespace is gone. With a
-    cgroup, pid 1 is moved into it (in a thread) as soon as it is known, then told to go on; a cgroup that
-    cannot take it is dropped, and the budget falls back to counting resident memory."""
-
-    def __init__(self, info_fd: int, cgroup: RunCgroup | None = None, release_fd: int | None = None) -> None:
-        self._info = info_fd
-        self._text = b""
-        self._watching = False
-        self.pidfd: int | None = None
-        self.pid: int | None = None
-        self._exit = select.poll()
-        self.cgroup = cgroup
-        self._release = release_fd
-
-    def watch(self) -> None:
-        os.set_blocking(self._info, False)
-        asyncio.get_running_loop().add_reader(self._info, self._read)
-        self._watching = True
-
-    def _read(self) -> None:
-        try:
-            chunk = os.read(self._info, 4096)
-        except BlockingIOError:
-            return
-        self._text += chunk
-        try:
-            pid = json.loads(self._text)["child-pid"]
-        except (ValueError, KeyError, TypeError):
-            if chunk:
-                return
-            pid = None
-        self._unwatch()
-        if isinstance(pid, int) and self.pidfd is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.pidfd = os.pidfd_open(pid)
-                self.pid = pid
-                self._exit.register(self.pidfd, select.POLLIN)
-        release, self._release = self._release, None
-        if release is not None:  # the thread owns it now: it writes the word and closes it
-            asyncio.get_running_loop().run_in_executor(None, self._place, pid, release)
-
-    def _place(self, pid: object, release: int) -> None:
-        try:
-            if self.cgroup is not None and isinstance(pid, int):
-                try:
-                    self.cgroup.place(pid)
-                except OSError:
-                    self.cgroup = None
-            with contextlib.suppress(OSError):
-                os.write(release, b"\n")
-        finally:
-            os.close(release)
-
-    def held(self, pid: int) -> int:
-        """What the sandbox holds toward its memory budget: its cgroup's count where it has one, else the
-        resident memory and memfds of pid 1 and its descendants."""
-        if self.cgroup is not None and (counted := self.cgroup.held()) is not None:
-            return counted
-        return memory_watch.resident(pid)
-
-    def live_pid(self) -> int | None:
-        """Pid 1's host pid while it has not exited (so the number names no other process), else None."""
-        if self.pidfd is None or self._exit.poll(0):
-            return None
-        return self.pid
-
-    def _unwatch(self) -> None:
-        if self._watching:
-            asyncio.get_running_loop().remove_reader(self._info)
-            self._watching = False
-
-    def send(self, signum: int) -> bool:
-        if self._watching:
-            self._read()
-        if self.pidfd is None:
-            return False
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(self.pidfd, signum)
-        return True
-
-    async def gone(self) -> None:
-        """Wait until pid 1 has exited (the kernel has then killed everything else inside)."""
-        if self._watching:
-            self._read()
-        if self.pidfd is None:
-            return
-        loop = asyncio.get_running_loop()
-        for attempt in range(2):
-            done: asyncio.Future[None] = loop.create_future()
-
-            def readable(done: asyncio.Future[None] = done) -> None:
-                if not done.done():
-                    done.set_result(None)
-
-            loop.add_reader(self.pidfd, readable)
-            try:
-                await asyncio.wait_for(done, _GONE_SECONDS)
-                return
-            except TimeoutError:
-                if attempt == 0:
-                    self.send(signal.SIGKILL)
-            finally:
-                loop.remove_reader(self.pidfd)
-
-    def close(self) -> None:
-        self._unwatch()
-        os.close(self._info)
-        if self._release is not None:  # never handed over: the bridge then reads an end of file
-            os.close(self._release)
-            self._release = None
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
-
-
-def owner_mark() -> str:
-    """`<pid>:<start time>` of this process: what a bridge names as its runner, so a later sweep can tell a
-    sandbox whose runner is gone (a pid alone may have been reused by then)."""
-    return _mark(os.getpid())
-
-
-@cache
-def _mark(pid: int) -> str:
-    return f"{pid}:{process_start(pid)}"
-
-
-def process_start(pid: int) -> int | None:
-    """A process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            stat = file.read()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold anything; count fields after its end.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _cgroup(confinement: Confinement, limits: Limits) -> RunCgroup | None:
-    """The sandbox's own memory cgroup, its hard ceiling at `_CEILING` × the budget, where the host has
-    them; None otherwise (or when one cannot be made now: the budget then counts resident memory)."""
-    if confinement.cgroups is None:
-        return None
-    try:
-        return RunCgroup.create(confinement.cgroups, int(limits.memory * _CEILING))
-    except OSError:
-        return None
-
-
-def _drop(confinement: Confinement) -> list[str]:
+def drop_prefix(confinement: Confinement) -> list[str]:
     """The command prefix that drops a root runner to the sandbox's uid (setpriv), if that is the way."""
     owner = confinement.owner()
     if owner is None or confinement.setpriv is None:
@@ -619,7 +298,7 @@ def _drop(confinement: Confinement) -> list[str]:
     return [confinement.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
 
 
-def _identity(confinement: Confinement) -> dict[str, Any]:
+def spawn_identity(confinement: Confinement) -> dict[str, Any]:
     """The same drop done by the spawning child itself, when there is no setpriv."""
     owner = confinement.owner()
     if owner is None or confinement.setpriv is not None:
@@ -627,7 +306,7 @@ def _identity(confinement: Confinement) -> dict[str, Any]:
     return {"user": owner[0], "group": owner[1], "extra_groups": []}
 
 
-def _options_file(confinement: Confinement, launch: Launch, info_fd: int, passed: list[int]) -> int:
+def options_file(confinement: Confinement, launch: Launch, info_fd: int, passed: list[int]) -> int:
     """bubblewrap's options in a memfd (`--args FD`): the environment, which holds the run's door token,
     never appears in a command line another host process could read. Every descriptor made here is
     appended to `passed`."""
@@ -676,33 +355,3 @@ def _memfd(content: bytes) -> int:
         view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
-
-
-def _open_output(path: Path) -> int:
-    """The runner's own descriptor for an output file: what the agent does to the path later (replace
-    it with a link, say) never changes what is read back."""
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-
-
-def _read_back(fd: int, limits: Limits) -> bytes:
-    size = min(os.fstat(fd).st_size, limits.file_size + (1 << 16))
-    parts: list[bytes] = []
-    offset = 0
-    while offset < size:
-        chunk = os.pread(fd, min(size - offset, 1 << 20), offset)
-        if not chunk:
-            break
-        parts.append(chunk)
-        offset += len(chunk)
-    return b"".join(parts)
-
-
-def _read_status(fd: int) -> str | None:
-    os.set_blocking(fd, False)
-    text = b""
-    with contextlib.suppress(BlockingIOError):
-        while chunk := os.read(fd, 4096):
-            text += chunk
-    lines = text.decode("utf-8", "replace").splitlines()
-    nostart = next((line for line in lines if line.startswith("nostart ")), None)
-    return nostart or (lines[-1] if lines else None)

@@ -35,9 +35,6 @@ import asyncio
 import contextlib
 import os
 import re
-import shutil
-import stat
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,9 +48,16 @@ from eval_runner.engine.run.collect import (
     remove_tree,
     scrub,
     sha256_digest,
-    signature,
 )
-from eval_runner.engine.run.leftovers import mark_owner
+from eval_runner.engine.run.confined import run_confined
+from eval_runner.engine.run.layout import (
+    Layout,
+    RefusedError,
+    lay_out,
+    named,
+    visible_paths,
+    writable_paths,
+)
 from eval_runner.engine.run.sandbox import (
     GRACE_SECONDS,
     SANDBOX_USER,
@@ -63,10 +67,8 @@ from eval_runner.engine.run.sandbox import (
     Limits,
     Stop,
     Unconfined,
-    run_confined,
 )
 from eval_runner.engine.testset.cases import ENV_KEY, Operation
-from eval_runner.errors import EvalRunnerError
 
 #: Ports the bridge listens on inside the sandbox (its loopback is its own, so any port is free).
 CODER_DOOR_PORT = 8401
@@ -192,41 +194,6 @@ class RunRecord:
     detail: str | None = None
 
 
-class _RefusedError(EvalRunnerError):
-    """The run directory or a door cannot be set up: the run is `errored(refused)`."""
-
-
-@dataclass(slots=True)
-class _Layout:
-    root: Path
-    agent: Path
-    before: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def home(self) -> Path:
-        return self.root / "home"
-
-    @property
-    def cwd(self) -> Path:
-        return self.root / "home" / "cwd"
-
-    @property
-    def openagents(self) -> Path:
-        return self.root / "home" / ".openagents"
-
-    @property
-    def out(self) -> Path:
-        return self.root / "out"
-
-    @property
-    def tmp(self) -> Path:
-        return self.root / "tmp"
-
-    @property
-    def door(self) -> Path:
-        return self.root / "door"
-
-
 async def run_once(
     spec: RunSpec,
     *,
@@ -248,14 +215,14 @@ async def run_once(
     if Operation.NETWORK in spec.grants:
         return RunRecord(errored("refused"), 0.0, detail="the sandbox has no network to grant")
     try:
-        layout = await _off_loop(_lay_out, (spec, confinement), undo=lambda made: remove_tree(made.root))
-    except _RefusedError as exc:
+        layout = await _off_loop(lay_out, (spec, confinement), undo=lambda made: remove_tree(made.root))
+    except RefusedError as exc:
         return RunRecord(errored("refused"), 0.0, detail=str(exc))
     proxies: list[RunDoorProxy] = []
     try:
         try:
             doors = await _open_doors(door, layout, confinement, proxies)
-        except _RefusedError as exc:
+        except RefusedError as exc:
             await _close_all(proxies)
             remove_tree(layout.root)
             return RunRecord(errored("refused"), 0.0, detail=str(exc))
@@ -273,8 +240,8 @@ async def run_once(
             stdout=layout.out / "stdout.jsonl",
             stderr=layout.out / "stderr.txt",
             home=layout.home,
-            writable=_writable(layout, spec.grants),
-            read_only=_visible_paths(spec, layout, confinement),
+            writable=writable_paths(layout, spec.grants),
+            read_only=visible_paths(spec, layout, confinement),
             env=_environment(spec, layout, proxies, door),
             doors=tuple(doors),
             deadline_seconds=spec.deadline_seconds,
@@ -312,7 +279,7 @@ async def _off_loop(
         raise
 
 
-def _record(ended: Ended, auth_failed: bool, layout: _Layout, secrets: Sequence[bytes]) -> RunRecord:
+def _record(ended: Ended, auth_failed: bool, layout: Layout, secrets: Sequence[bytes]) -> RunRecord:
     outcome, detail = _outcome(ended, auth_failed)
     stdout = scrub(ended.stdout, secrets)
     trajectory = read_file(layout.out / "trajectory.atif.jsonl", MAX_TRAJECTORY_BYTES)
@@ -357,182 +324,11 @@ def _outcome(ended: Ended, auth_failed: bool) -> tuple[RunOutcome, str | None]:
 
 
 # --------------------------------------------------------------------------------------------------
-# Layout
-
-
-def _lay_out(spec: RunSpec, confinement: Confinement) -> _Layout:
-    owner = confinement.owner()
-    write = Operation.WRITE in spec.grants
-    try:
-        root = Path(tempfile.mkdtemp(prefix="oa-eval-", dir=spec.temp_root)).resolve()
-    except OSError as exc:
-        raise _RefusedError(f"cannot make the run directory in {spec.temp_root}: {exc.strerror}") from None
-    layout = _Layout(root, Path(os.path.abspath(spec.agent)))
-    try:
-        os.chmod(root, 0o755)  # noqa: S103 - the sandbox user reads it; nothing secret is in it
-        mark_owner(root)
-        if owner is not None and not reachable(layout.agent, *owner):
-            layout.agent = _staged_agent(layout.agent, root)
-        _make_dir(layout.home, 0o755, None)
-        _make_dir(layout.cwd, 0o755, owner if write else None)
-        for directory in (layout.openagents, layout.openagents / "questions", layout.openagents / "programs"):
-            _make_dir(directory, 0o755, owner)
-        _make_dir(layout.out, 0o755, owner)
-        _make_dir(layout.out / "trace", 0o755, owner)
-        _make_dir(layout.tmp, 0o700, owner)
-        _make_dir(layout.door, 0o755, None)
-        _write(root / "prompt.md", spec.prompt.encode(), None)
-        if spec.guidance is not None:
-            _write(root / "guidance.md", spec.guidance.encode(), None)
-        for slug, data in _named(spec.programs, "program slug"):
-            _write(layout.openagents / "programs" / f"{slug}.json", data, owner)
-        for name, data in _named(spec.questions, "question set name"):
-            _write(layout.openagents / "questions" / name, data, owner)
-        for path, data in spec.fixtures:
-            parts = _fixture_parts(path)
-            directory = layout.cwd
-            for part in parts[:-1]:
-                directory = directory / part
-                if not directory.is_dir():
-                    _make_dir(directory, 0o755, owner if write else None)
-            _write(directory / parts[-1], data, owner if write else None)
-            layout.before["/".join(parts)] = signature(data)
-    except (OSError, _RefusedError) as exc:
-        remove_tree(root)
-        if isinstance(exc, _RefusedError):
-            raise
-        raise _RefusedError(f"cannot lay out the run directory: {exc.strerror or exc}") from None
-    return layout
-
-
-def _named(items: Sequence[tuple[str, bytes]], what: str) -> list[tuple[str, bytes]]:
-    seen: dict[str, bytes] = {}
-    for name, data in items:
-        if not _NAME.fullmatch(name):
-            raise _RefusedError(f"{what} {name!r} is not a plain file name")
-        seen.setdefault(name, data)
-    return list(seen.items())
-
-
-def _fixture_parts(path: str) -> list[str]:
-    parts = path.split("/")
-    if not path or "\0" in path or any(part in ("", ".", "..") for part in parts):
-        raise _RefusedError(f"fixture path {path!r} escapes cwd/")
-    return parts
-
-
-def _make_dir(path: Path, mode: int, owner: tuple[int, int] | None) -> None:
-    path.mkdir(mode=mode)
-    os.chmod(path, mode)
-    if owner is not None:
-        os.chown(path, *owner)
-
-
-def _write(path: Path, data: bytes, owner: tuple[int, int] | None) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "wb") as file:
-        file.write(data)
-        os.fchmod(fd, 0o644)
-        if owner is not None:
-            os.fchown(fd, *owner)
-
-
-def _writable(layout: _Layout, grants: frozenset[Operation]) -> tuple[Path, ...]:
-    """runner.md §13.5: `home/.openagents/`, `out/`, `tmp/`, and `home/cwd/` when write is granted."""
-    writable = (layout.openagents, layout.out, layout.tmp)
-    return (*writable, layout.cwd) if Operation.WRITE in grants else writable
-
-
-def _visible_paths(spec: RunSpec, layout: _Layout, confinement: Confinement) -> tuple[Path, ...]:
-    """What the agent sees besides the allowlist and its run directory: the agent at its own path, a
-    script's interpreter and the libraries of its install when the allowlist does not already show it,
-    and the caller's extras. Never a path that holds, or lies in, the temp root (every run's
-    directories) or one of `spec.hidden` (state, results): a refused path is left out, so an agent
-    that needs it fails to start rather than seeing what it must not."""
-    wanted = [layout.agent]
-    interpreter = _interpreter(layout.agent)
-    if interpreter is not None and not _visible(interpreter, confinement):
-        wanted += interpreter_paths(Path(interpreter))
-    wanted += [Path(os.path.abspath(path)) for path in spec.read_only_paths]
-    hidden = [Path(os.path.realpath(path)) for path in (spec.temp_root, *spec.hidden)]
-    visible: list[Path] = []
-    for path in dict.fromkeys(wanted):
-        real = Path(os.path.realpath(path))
-        if real == layout.root or layout.root in real.parents:
-            continue  # in this run's own directory, which is visible already
-        if any(real == root or root in real.parents or real in root.parents for root in hidden):
-            continue
-        visible.append(path)
-    return tuple(visible)
-
-
-def interpreter_paths(interpreter: Path) -> list[Path]:
-    """A script's interpreter and what it needs: the file at the path the script names and at its real
-    path, and, for an interpreter inside an install (`<prefix>/bin/<file>`), that install's library
-    directories, and a Python virtual environment's `pyvenv.cfg`. Never the prefix itself: `<prefix>`
-    may be a home or shared directory that holds anything."""
-    real = Path(os.path.realpath(interpreter))
-    paths = [interpreter, real]
-    prefixes = [file.parent.parent for file in (real, interpreter) if file.parent.name == "bin"]
-    for prefix in dict.fromkeys(prefixes):
-        if (prefix / "pyvenv.cfg").is_file():
-            paths.append(prefix / "pyvenv.cfg")
-        paths += [prefix / name for name in _LIBRARY_DIRS if (prefix / name).is_dir()]
-    return list(dict.fromkeys(paths))
-
-
-def reachable(path: Path, uid: int, gid: int) -> bool:
-    """Can `uid`/`gid` (without capabilities) search every directory above `path` and read it? (Whether it
-    may be run is the file's own business: a non-runnable agent fails to start wherever it lies.)"""
-    try:
-        checks = [(parent, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH) for parent in reversed(path.parents)]
-        checks.append((path, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH))
-        for where, user, group, other in checks:
-            found = os.stat(where)
-            need = user if found.st_uid == uid else group if found.st_gid == gid else other
-            if found.st_mode & need != need:
-                return False
-    except OSError:
-        return False
-    return True
-
-
-def _staged_agent(agent: Path, root: Path) -> Path:
-    """A copy of the agent inside the run directory, for an agent the sandbox user cannot reach where it
-    is (a clone under /root, mode 0700, run as root): the same bytes the locks pin, readable and runnable
-    by that user. A script's interpreter is found as before, from its `#!` line."""
-    staged = root / "agent" / agent.name
-    _make_dir(staged.parent, 0o755, None)
-    shutil.copyfile(agent, staged)
-    # Readable by the sandbox user; runnable only if the original was runnable by someone.
-    runnable = os.stat(agent).st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    os.chmod(staged, 0o755 if runnable else 0o644)
-    return staged
-
-
-def _interpreter(agent: Path) -> str | None:
-    try:
-        with open(agent, "rb") as file:
-            head = file.read(256)
-    except OSError:
-        return None
-    if not head.startswith(b"#!"):
-        return None
-    words = head[2:].split(b"\n", 1)[0].split()
-    return os.fsdecode(words[0]) if words and words[0].startswith(b"/") else None
-
-
-def _visible(path: str, confinement: Confinement) -> bool:
-    roots = [*confinement.read_only, *(link for _, link in confinement.links)]
-    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
-
-
-# --------------------------------------------------------------------------------------------------
 # Doors and environment
 
 
 async def _open_doors(
-    door: DoorSetup | None, layout: _Layout, confinement: Confinement, proxies: list[RunDoorProxy]
+    door: DoorSetup | None, layout: Layout, confinement: Confinement, proxies: list[RunDoorProxy]
 ) -> list[tuple[int, Path]]:
     if door is None:
         return []
@@ -545,7 +341,7 @@ async def _open_doors(
             proxy = factory(path)
             await proxy.start()
         except Exception as exc:  # any failure to open a door refuses the run
-            raise _RefusedError(f"cannot open the run's door: {exc}") from None
+            raise RefusedError(f"cannot open the run's door: {exc}") from None
         proxies.append(proxy)
         if (owner := confinement.owner()) is not None:
             os.chown(path, *owner)
@@ -560,7 +356,7 @@ async def _close_all(proxies: Sequence[RunDoorProxy]) -> None:
 
 
 def _environment(
-    spec: RunSpec, layout: _Layout, proxies: Sequence[RunDoorProxy], door: DoorSetup | None
+    spec: RunSpec, layout: Layout, proxies: Sequence[RunDoorProxy], door: DoorSetup | None
 ) -> tuple[tuple[str, str], ...]:
     """The only variables the agent gets (runner.md §13.4 step 8), in that order, then the case's."""
     path = "/usr/bin:/bin:/usr/sbin:/sbin"
@@ -589,7 +385,7 @@ def _environment(
         env.append(("CODER_SHELL", "off"))
     if door is not None and door.decision is not None and len(proxies) > 1:
         env += [("TYPESAFE_BASE_URL", f"http://127.0.0.1:{DECISION_DOOR_PORT}"), ("TYPESAFE_API_KEY", proxies[1].token)]
-    slugs = [slug for slug, _ in _named(spec.programs, "program slug")]
+    slugs = [slug for slug, _ in named(spec.programs, "program slug")]
     env.append(("CODER_PROGRAMS", ",".join(slugs) or "none"))
     effects = ["reads"]
     if Operation.WRITE in spec.grants:
