@@ -1,14 +1,10 @@
 """What the runner answers (wire.md §9–§11): `accepted`, `progress`, results, and control results.
 
 The runner builds these and a trainer client binds them, so both directions live here: builders that
-produce exactly the key sets the reference emits, and parsers that refuse anything else. Key sets
-matter because a result's JCS digest is how a client tells one logical terminal result from a
-conflicting one (§8.3): `code` and `message` are present (possibly null) on refusals and on results
-made from a run or publish, and absent on `unknown` (§10.1). Request/attempt equality with the
-pending request, and the event-level binding (signer, `e`, `p`), are the caller's job.
-
-Every answer is closed: an unknown key or enum word is `unsupported_feature`, a wrong `v`
-`unsupported_version`, the rest `malformed`.
+produce exactly the key sets the reference emits (a result's JCS digest is how a client tells one logical
+terminal result from a conflicting one, §8.3), and closed parsers that refuse anything else (decisions.md,
+"The execution-side contracts"). Request/attempt equality with the pending request, and the event-level
+binding (signer, `e`, `p`), are the caller's job.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The case-id grammar (wire.md §14.1), shared by drafts, case manifests and grader names.
 
-A case id becomes a directory name (`evals/<id>/`) and a grader name a file name
-(`graders/<name>.md`), so the grammar is a plain directory name: ASCII letters, digits, `-`, `_`
-and `.`, not starting with `.`, 1–128 bytes, and never a name case discovery skips. One definition
-here keeps the draft, the case manifest and the engine's loader agreeing on what a case may be called.
+A case id becomes a directory name (`evals/<id>/`) and a grader name a file name (`graders/<name>.md`),
+so the grammar is a plain directory name, and never a name case discovery skips. One definition here
+keeps the draft, the case manifest and the engine's loader agreeing on what a case may be called.
 """
 
 from __future__ import annotations

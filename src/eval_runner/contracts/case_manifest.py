@@ -1,15 +1,9 @@
 """The case manifest `openagents.eval-case.v1` (wire.md §14.1): a suite's `cases` artifact.
 
 It names every case file by digest and size, so a suite's identity covers its prompts, graders and
-fixtures byte for byte, and a package can be checked to list them all. It is digested as JCS bytes
-(not the engine's pretty JSON), which `case_manifest` writes after checking them as a reader would.
-
-Codes are the reference's (`eval_ext::parse_case_manifest`): unknown keys and case kinds
-`unsupported_feature`, a wrong `v` `unsupported_version`, a case file whose schema is not the case
-schema `identity_mismatch`, a file over 1 MiB or more than 256 cases / 64 graders / 256 fixtures
-`limit_exceeded`, two cases with one id `conflict`. Runs outside 1–10 are `malformed`, as in the
-reference, not `limit_exceeded`. Media types are not checked: the reference does not check them, and
-a reader must accept what it accepts.
+fixtures byte for byte, and a package can be checked to list them all. It is digested as JCS bytes (not
+the engine's pretty JSON), which `case_manifest` writes after checking them as a reader would. Codes are
+the reference's (`eval_ext::parse_case_manifest`; decisions.md, "Report-side contracts").
 """
 
 from __future__ import annotations

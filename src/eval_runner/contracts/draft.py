@@ -2,12 +2,9 @@
 
 A draft is what a person builds in chat: a tool (a catalog tool, or one made in chat from a skill) and up
 to 16 tests whose prompt and grader texts are the exact bytes the runner writes to `evals/<id>/`. It is
-data, never an instruction, so the parser is closed and bounded before anything touches a disk.
-
-Codes follow the reference (`cj_conversation::parse_draft`): an unknown key or case kind is
-`unsupported_feature`; an over-long name or summary, more than 16 cases, or more than 64 KiB of JCS is
-`limit_exceeded`; a duplicate case id is `conflict`; every other departure is `malformed`. The size
-check comes first, as in the reference, so an oversized draft is refused before it is walked.
+data, never an instruction, so the parser is closed and bounded before anything touches a disk; the size
+is checked first, so an oversized draft is refused before it is walked. Codes follow the reference
+(`cj_conversation::parse_draft`; decisions.md, "The execution-side contracts").
 """
 
 from __future__ import annotations

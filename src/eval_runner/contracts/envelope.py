@@ -2,12 +2,8 @@
 
 The runner seals each finished report to the trainer as a 3188 whose NIP-44 plaintext is this body's JCS
 bytes. Opening it is only worth something if the inline report is provably the artifact the body names,
-so `inline` must canonicalise to exactly `artifact.digest` and `artifact.size`; a reader that skipped
-that check would trust whatever JSON the sender pasted beside a digest. Encryption itself is the Nostr
-layer's job: this module is pure (bytes and tag lists in, typed records or `ContractError` out).
-
-Codes follow the reference's shared contracts: unknown keys and unexpected tags `unsupported_feature`,
-an inline object that is not the artifact `identity_mismatch`, everything structural `malformed`.
+so `inline` must canonicalise to exactly `artifact.digest` and `artifact.size`. Encryption is the Nostr
+layer's job: this module is pure. Codes are the reference's (decisions.md, "Report-side contracts").
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The execution request `openagents.execution.v1` (wire.md §5.2, §6, §8, §11): execute and control bodies.
 
-A `25920` is opened before anyone is answered, and every failure at open is a silent drop (nothing
-proves who sent it), so these parsers decide what the runner will ever look at. They follow the
-reference (`crates/nostr/src/execution.rs`) check for check: `v` first (`unsupported_version`), then
-credential-named top-level keys (`malformed`: a payload never carries a bearer secret), then `type`;
-for an execute, missing keys (`malformed`) before unknown ones (`unsupported_feature`), a non-empty
-`requires` (`unsupported_feature`), the deadline against the event's `expiration` tag, retention past
-the deadline, the input's size (`limit_exceeded`), then ids, references, bounds and parent.
-
-The `input` is kept as an opaque JSON value here: the hosted profile parses it at admission
-(`contracts.hosted`), where a bad input earns a refusal answer rather than a drop. Each record keeps
-the decrypted JSON it came from (`raw`), because the idempotency fingerprint is over those exact
-values (§8.1); `to_json()` rebuilds the same value from the typed fields.
+A `25920` is opened before anyone is answered, and every failure at open is a silent drop (nothing proves
+who sent it), so these parsers decide what the runner will ever look at; they follow the reference
+(`crates/nostr/src/execution.rs`) check for check (decisions.md, "The execution-side contracts"). The
+`input` stays opaque JSON here: the hosted profile parses it at admission (`contracts.hosted`), where a
+bad input earns a refusal answer rather than a drop. Each record keeps the decrypted JSON it came from
+(`raw`), because the idempotency fingerprint is over those exact values (§8.1).
 """
 
 from __future__ import annotations

@@ -2,13 +2,9 @@
 
 Every report the runner writes carries this record; it is what a reader uses to credit a trainer
 (`requester`), to tell a check from a rerun on different footing (`reliance`), and to weigh the claim
-(`identity`, `distribution`, `defaults`). The four optional keys arrived after reports were already
-published, so they are written only when present: an older report must keep its bytes and its digest.
-For the same reason a key present as an explicit `null` is remembered and written back as `null`.
-
-Refusal codes are the reference's (`crates/nostr` `eval_ext::parse_profile`): unknown keys and unknown
-enum words `unsupported_feature`, a wrong `v` `unsupported_version`, a pointer of the wrong kind or a
-headline that disagrees with the cases `identity_mismatch`, anything else structural `malformed`.
+(`identity`, `distribution`, `defaults`). The optional keys arrived after reports were already published,
+so a parsed record writes back exactly what it read and an older report keeps its digest. Codes are the
+reference's (`eval_ext::parse_profile`); both are in decisions.md ("Report-side contracts").
 """
 
 from __future__ import annotations

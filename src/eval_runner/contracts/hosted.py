@@ -1,16 +1,11 @@
 """The hosted profile `openagents.ext-eval-hosted.v1` (wire.md §5.3–5.4, runner.md §10): what a phone sends.
 
 A hosted request is an ordinary execute body whose `target`, `lock`, `context` and `requirements` are
-four fixed documents, ArtifactRefs over their JCS bytes: the runner admits only its own `ext-eval`
-program and only read/sandbox-write requirements, and a client that sends anything else is refused
-`not_admitted`. The documents are built here from the bounds they state (8 tests, 3 runs, 2 arms,
-64 KiB drafts), so changing a bound changes the digests, never silently one without the other.
-
-Its `input` is a run (a suite against a tool, both arms, 1–3 runs each) or a publish (a report this
-trainer's run returned). `parse_input` raises the reference's contract codes (`hosted.rs`): past a
-bound `limit_exceeded`, an unknown key or action `unsupported_feature`, a wrong `v`
-`unsupported_version`, a report of another schema `identity_mismatch`; the runner then answers with
-`hosted_refusal_code`, which collapses everything but limits and `not_admitted` to `malformed` (§7.1).
+four fixed documents, ArtifactRefs over their JCS bytes; anything else is refused `not_admitted`. The
+documents are built here from the bounds they state (8 tests, 3 runs, 2 arms, 64 KiB drafts), so changing
+a bound changes the digests, never silently one without the other. Its `input` is a run or a publish;
+`parse_input` raises the reference's codes (`hosted.rs`) and `hosted_refusal_code` turns them into the
+answer's (§7.1; decisions.md, "The execution-side contracts").
 """
 
 from __future__ import annotations

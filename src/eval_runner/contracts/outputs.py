@@ -1,10 +1,9 @@
 """The typed `output` of a completed hosted result (wire.md §10.2–10.3): a run's or a publish's.
 
-A run's output is what the phone shows and keeps: the report's ArtifactRef (which a later publish
-names), the sealed `3188` holding it, the headline counts, the verdict, and up to four plain notes on
-time and cost. A publish's output points at the suite release and the `3189` result. Both are closed;
-codes follow the reference (`hosted.rs`): an unknown key or verdict `unsupported_feature`, a report of
-another schema `identity_mismatch`, the rest `malformed`.
+A run's output is what the phone shows and keeps: the report's ArtifactRef (which a later publish names),
+the sealed `3188` holding it, the headline counts, the verdict, and up to four plain notes on time and
+cost. A publish's output points at the suite release and the `3189` result. Both are closed, with the
+reference's codes (`hosted.rs`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """NIP-EXT package manifests (`openagents.package.v1`) and 3184 release bodies (wire.md §14.2, §14.4).
 
-A published suite travels as a NIP-EXT release: a signed 3184 pins a manifest by digest, and the
-manifest lists every file by digest and size. A checker materialises a suite only from what these
-pin, so both are parsed the way `crates/nostr` `ext` parses them (unknown keys and component kinds
-`unsupported_feature`, a wrong `v` `unsupported_version`, two files or components with one name
-`conflict`, a release signed by anyone but the package root `identity_mismatch`, otherwise
-`malformed`), and written byte-for-byte the way the runner writes them: the manifest as the engine's
-pretty JSON, the release body as compact sorted JSON (which is its JCS form).
+A published suite travels as a NIP-EXT release: a signed 3184 pins a manifest by digest, and the manifest
+lists every file by digest and size. A checker materialises a suite only from what these pin, so both are
+parsed the way `crates/nostr` `ext` parses them, with its codes, and written byte for byte the way the
+runner writes them: the manifest as the engine's pretty JSON, the release body as compact sorted JSON
+(its JCS form).
 """
 
 from __future__ import annotations

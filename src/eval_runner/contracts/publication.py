@@ -1,16 +1,11 @@
 """The published result: a kind-3189 `openagents.eval-publication.v1` with the ext-eval profile (wire.md §16).
 
-A publication is how a result becomes public evidence, and readers credit trainers and count checks
-from it alone: the report rides inline (`meta.ext_eval_report`, its exact bytes) and a hosted run's
-signed request rides beside it (`meta.ext_eval_request`), because relays keep no 25920. So the reader
-here re-derives everything from the signed event, in the reference's order (§16.3), and refuses the
-first thing that does not hold; the builder writes content and tags in the reference's order and
-refuses to build what its own reader would refuse.
-
-Codes are the reference's (`eval_ext::parse_publication`): a wrong kind, signature, marker set, `x`,
-digest, signer, subject or pointer `identity_mismatch`; unknown keys and unmarked `e` tags
-`unsupported_feature`; a missing report string `content_unavailable`; a report over 64 KiB or a request
-over 96 KiB `limit_exceeded`; structural faults `malformed`.
+A publication is how a result becomes public evidence, and readers credit trainers and count checks from
+it alone: the report rides inline (`meta.ext_eval_report`, its exact bytes) and a hosted run's signed
+request beside it (`meta.ext_eval_request`), because relays keep no 25920. So the reader re-derives
+everything from the signed event, in the reference's order (§16.3), and refuses the first thing that
+does not hold; the builder refuses to build what its own reader would refuse. Codes are the reference's
+(`eval_ext::parse_publication`; decisions.md, "Report-side contracts").
 """
 
 from __future__ import annotations

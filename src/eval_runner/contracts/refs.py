@@ -1,10 +1,9 @@
 """References: EventRef, ArtifactRef and DefinitionRef (wire.md §4.3, contracts.md "References").
 
-Codes follow the reference (`crates/nostr` contracts): an unknown key is `unsupported_feature`;
-any other shape fault (a pointer of the wrong kind included) `malformed`.
-
-Each record keeps which optional keys were present, so re-serialising a parsed reference gives back
-the same JCS bytes: a digest over a reference must not change because we read and wrote it.
+Codes follow the reference (`crates/nostr` contracts): an unknown key is `unsupported_feature`; any other
+shape fault (a pointer of the wrong kind included) `malformed`. Each record keeps which optional keys were
+present, so a parsed reference re-serialises to the same JCS bytes (decisions.md, "Parsed documents
+remember which optional keys were present").
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The report `openagents.eval-report.v1` under the extension-evaluation profile (wire.md §13.1).
 
-The report is the one document every other piece points at: the 26920 result and the 3188 envelope
-name it by digest, and a 3189 publication carries its exact bytes. So the parser is the reader's
-contract (the same rules `crates/nostr` `eval_ext::parse_report` applies), and the writer goes through
-it: `report_ref` re-encodes a record as JCS and refuses to name bytes a reader would refuse.
-
-Codes follow the reference: unknown keys and enum words `unsupported_feature` (so an `optimization`
-key is refused), a wrong `v` `unsupported_version`, a claim that disagrees with the rest of the report
-(coverage that does not sum, a baseline measurement without a baseline, a verdict a subject-only report
-cannot make, a suite or subject pointer of the wrong kind) `identity_mismatch`, more than 1,024
-measurements or more than 64 KiB of report `limit_exceeded`, anything else `malformed`.
+The report is the one document every other piece points at: the 26920 result and the 3188 envelope name
+it by digest, and a 3189 publication carries its exact bytes. So the parser is the reader's contract (the
+rules and codes of `crates/nostr` `eval_ext::parse_report`; decisions.md, "Report-side contracts"), and
+the writer goes through it: `report_ref` re-encodes a record as JCS and refuses to name bytes a reader
+would refuse.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The documents a report points at by ArtifactRef: partition, limitations, runs, and the arm locks.
 
-A report names these by the digest of their exact bytes, and the engine writes them as pretty JSON
-(2-space indent, sorted keys, trailing newline; wire.md §13.4), so each record here has a parser a
-checker can run over fetched bytes and a writer (`to_bytes`, `ref`) that produces the bytes and the
-ArtifactRef the report carries. A lock is what a check compares: two results are a check only when
-their subject locks' digests are equal, so a lock's bytes must be reproducible from its record.
-
-The wire spec gives shapes but not limits or codes for these engine documents; we use the profile's
-conventions (unknown keys `unsupported_feature`, a case listed twice `conflict`, otherwise `malformed`)
-and bounds generous enough for any suite of at most 256 cases.
+A report names these by the digest of their exact bytes (the engine's pretty JSON, wire.md §13.4), so
+each record has a parser a checker can run over fetched bytes and a writer (`to_bytes`, `ref`) that
+produces the bytes and the ArtifactRef. A lock is what a check compares: two results are a check only
+when their subject locks' digests are equal, so a lock's bytes must be reproducible from its record. The
+spec gives no limits or codes for these; ours are in decisions.md ("Report-side contracts").
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The statistics beside the verdict, carried in the report's `meta` where the reference's readers accept them.
 
-The reference's report validator refuses a measurement whose metric its suite's `metrics.json` does not
-define, and the suite's metrics must stay byte-exact with the reference's for published suites. So the
-evidence of statistics.md §C3 (the exact stratified test, Δ with its interval, breadth, the minimum
-detectable effect) travels in `meta.eval_runner_statistics`: wire.md §13.1 says readers ignore `meta`
-keys other than `ext_eval`, so a phone or referee running the reference's checks accepts the report, and
-our own readers (the trainer, report.html) still see the evidence. Pure.
-
-    {"v": "eval-runner.statistics.v1", "runs": <runs ArtifactRef>,
-     "rows": [{"metric", "value", "denominator", "unknown_count"}, ...]}
-
-A row's `value` is a finite number or null (underpowered, or not computable); `unknown_count` counts what
-the evidence could not use, as a measurement's does.
+The evidence of statistics.md §C3 travels in `meta.eval_runner_statistics`, not in `measurements`, so a
+phone or referee running the reference's checks still accepts the report and our own readers (the
+trainer, report.html) still see the evidence. Why, and the key's shape, are in decisions.md ("The
+statistics beside the verdict live in `meta.eval_runner_statistics`, not in `measurements`"). Pure.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Strict JSON in (wire.md §4.1), canonical JSON out (RFC 8785, §4.2), and `sha256:` digests.
 
-The reader is the standard library's parser with hooks, because its C scanner is fast and exact;
-the hooks add what the wire demands and `json` allows: duplicate keys, non-finite numbers, unsafe
-integers, unpaired surrogates, a BOM, depth beyond 64 and bodies over 1 MiB are all refused with
-`malformed`. Canonical bytes come from `rfc8785`, which raises on integers beyond 2^53 rather than
-rounding them (ecosystem.md §1).
+The reader is the standard library's parser with hooks, because its C scanner is fast and exact; the
+hooks refuse, as `malformed`, what the wire forbids and `json` allows. Canonical bytes come from
+`rfc8785`, which raises on integers beyond 2^53 rather than rounding them (ecosystem.md §1; decisions.md,
+"Floats at or above 2^53 in magnitude").
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The extension suite `openagents.eval-suite.v1` (wire.md §13.5) and the package that publishes it (§14.2).
 
 A report names its suite by the digest of `suite.json`, and a check only counts when it ran the same
-suite, so a published suite must be reconstructible from its release alone: one `eval-suite`
-component whose definition is the suite's bytes, a suite whose `cases` is the case manifest's bytes,
-and every case file listed in the package by digest and size (`content_unavailable` otherwise).
-`check_suite_package` is that rule, in the reference's order (`eval_ext::check_suite_package`);
+suite, so a published suite must be reconstructible from its release alone. `check_suite_package` is
+that rule, in the reference's order and with its codes (`eval_ext::check_suite_package`);
 `suite_manifest` writes the manifest the runner releases (§16.1 of the runner spec).
-
-Codes follow the reference: a suite of another purpose `unsupported_feature`, a gate that is not an
-ext-eval gate or a `cases` of another schema `identity_mismatch`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Bech32 (BIP-173) for NIP-19 `npub` / `nsec` keys.
 
-Written here rather than taken from a package: the codec is ~60 lines, the
-small bech32 packages on PyPI are unmaintained reference copies, and the
-runner only needs the 32-byte key forms. Only classic bech32 (constant 1) is
-accepted; NIP-19 does not use bech32m. Strings longer than 90 characters are
-refused, as BIP-173 requires (key strings are 63 characters).
+Written here rather than taken from a package: the codec is ~60 lines, the small bech32 packages on PyPI
+are unmaintained reference copies, and the runner only needs the 32-byte key forms (classic bech32 only;
+NIP-19 does not use bech32m).
 """
 
 from __future__ import annotations

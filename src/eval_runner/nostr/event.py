@@ -1,10 +1,9 @@
 """NIP-01 events: id computation, signing, verification and strict parsing.
 
-Every receiver in this protocol verifies id *and* signature before using an
-event (wire.md §2.1), so `Event.verify` always recomputes the id from the
-fields rather than trusting the claimed one. `Event.from_json` only checks
-shape; call `verify()` afterwards. Unknown top-level keys are ignored, as the
-reference's serde parser does: the signature covers none of them.
+Every receiver in this protocol verifies id *and* signature before using an event (wire.md §2.1), so
+`Event.verify` always recomputes the id from the fields rather than trusting the claimed one.
+`Event.from_json` only checks shape; call `verify()` afterwards. Where NIP-01 leaves room it follows the
+reference (decisions.md, "Nostr primitives: where NIP text, the reference and nostr-sdk leave room").
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """NIP-01 relay protocol frames as typed records, plus subscription filters.
 
-The runner is a relay *client*, so `parse_relay_frame` is the hot path; the
-client-side records parse too (`parse_client_frame`) so tests and in-process
-fakes can speak both directions. Parsing is strict: the JSON must be an
-array of the exact arity for its type, with no duplicate object keys and no
-non-finite numbers, and anything else raises `FrameError`. An event inside
-a frame is shape-checked only; callers verify it (wire.md §2.1).
+The runner is a relay *client*, so `parse_relay_frame` is the hot path; the client-side records parse too
+(`parse_client_frame`) so tests and in-process fakes can speak both directions. Parsing is strict and
+raises only `FrameError` (decisions.md, "Nostr primitives: where NIP text, the reference and nostr-sdk
+leave room"); an event inside a frame is shape-checked only, and callers verify it (wire.md §2.1).
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
-"""NIP-44 v2 encryption, hand-written on `cryptography` (ChaCha20, HKDF-expand) and stdlib HMAC.
+"""NIP-44 v2 encryption (wire.md §2.4), hand-written on `cryptography` (ChaCha20, HKDF-expand) and stdlib HMAC.
 
-Why not nostr-sdk (ecosystem.md §2.3): it rejects the reference's extended
-length prefix, accepts a non-zero padding tail, refuses to encrypt above
-65,408 bytes and is ~30× slower than this with a cached conversation key.
-The rules below follow wire.md §2.4 exactly:
-
-* conversation key = HMAC-SHA256(key=b"nip44-v2", msg=x(ECDH(secret, lift_x(peer))));
-* message keys = HKDF-expand(PRK=conversation key, info=nonce, L=76) →
-  ChaCha20 key [0:32], ChaCha20 nonce [32:44], HMAC key [44:76];
-* padded = u16 BE length ‖ plaintext ‖ zeros up to `calc_padded_len`; for
-  plaintexts of 65,536..262,144 bytes the reference writes the *extended*
-  prefix 0x0000 ‖ u32 BE length instead (accepted only when `max_len` allows);
-* payload = canonical base64(0x02 ‖ nonce ‖ ciphertext ‖ HMAC(hmac key, nonce ‖ ciphertext)).
-
-Decryption checks, in the reference's order, raising `Nip44Error("decrypt_failed", path, …)`
-where `path` names the part that failed: "#" prefix and base64 length bounds
-(`payload`), base64 alphabet and canonical form (`payload.base64`), decoded
-length (`payload.length`), version (`payload.version`), MAC (`payload.mac`),
-padding (`payload.padding`), UTF-8 (`plaintext`).
+Why not nostr-sdk (ecosystem.md §2.3): it rejects the reference's extended length prefix, accepts a
+non-zero padding tail, refuses to encrypt above 65,408 bytes and is ~30× slower than this with a cached
+conversation key. Decryption checks in the reference's order and raises only `Nip44Error("decrypt_failed",
+path, …)`, `path` naming the part that failed; the size defaults and the paths are in decisions.md
+("Nostr primitives: where NIP text, the reference and nostr-sdk leave room").
 """
 
 from __future__ import annotations

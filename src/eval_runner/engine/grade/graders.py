@@ -1,41 +1,13 @@
 """Grading one run: every grader of its case over what the run left, into per-grader results and the run's
 score (runner.md §13.2, §13.6, §13.11).
 
-`grade_run(case, arm, view, doors, extension_operations)` is the whole rule set:
-
-* a `cancelled` or `unknown` run is not graded: no results, no score;
-* in the baseline arm subject-only graders are skipped; in the subject arm they run with
-  `scored = false`, unless every grader of the case is subject-only (then they score);
-* a run that ended `errored(<reason>)` fails every grader with "the run ended with <reason>" and calls
-  no door;
-* otherwise each grader checks what the run left (`RunView`): `regex`, `operation_used`,
-  `operation_order` and `file_exists` here, `decision` and `judge` through their doors
-  (`engine/grade/votes.py`), `receipt` never (below);
-* the run score is the weighted mean of the scored graders' passes (1/0), and the run passes when every
-  scored grader passed; both are None when the run is not graded or has no scored grader.
-
-`RunView` is deliberately small and independent of the sandbox: the outcome word and reason, the
-trajectory, the created paths (and which of them `file_exists` counts), a workspace reader for `{file}`
-focuses, the prompt. Patterns run under RE2 in-process, or in a killable worker interpreter when only
-Python's `re` can run them (`engine/grade/patterns.py`); pass one `PatternRunner` for many runs so that
-worker is reused.
-
-A created path is kept as the file system gave it; wherever it is shown (the `files` focus, the grades
-document, an explanation, a glob's match) it is `collect.shown_path`, so a name that is not UTF-8 never
-stops a run's grading. **`file_exists`** counts a created regular file, and a created link only when its
-target names a file or directory inside the workspace (`collect.CreatedFile.present`): a link to
-`/etc/passwd`, or one that climbs out with `..`, never satisfies it. The reference counts every created
-link whatever its target and never lists a FIFO; a FIFO does not count here either.
-
-**Receipt graders** replay a Wasm guest's invocation receipts in the reference (`plugin::replay`). The
-receipt format and the replayer are not public material this port can pin, so a receipt grader always
-fails with "receipt replay is not supported" (never a silent pass), and `RECEIPT_LIMITATION` is the
-sentence a report's limitations carry when a suite holds one.
-
-The grades document (`grades/<case>/<arm>-<n>.json`, schema `openagents.ext-eval-grades.v1`) has the
-reference's shape: `{v, requires: [], case, arm, attempt, outcome (coverage word), reason, score,
-passed, cost_usd, seconds, created_files, graders: [{name, type, weight, scored, passed, explanation,
-votes?}]}`. A cancelled or unknown run's document has no graders and a null score.
+`grade_run` is runner.md §13.6's whole rule set; door graders ask through `votes.py`, and patterns run
+through `patterns.py` (pass one `PatternRunner` for many runs so its worker is reused). `RunView` is
+deliberately small and independent of the sandbox: the outcome word and reason, the trajectory, the
+created paths (and which of them `file_exists` counts), a workspace reader for `{file}` focuses, the
+prompt. The grades document (`openagents.ext-eval-grades.v1`) has the reference's shape. Where we differ:
+created names that are not UTF-8 and links under `file_exists` (decisions.md, "The sandbox, the bridge
+and one run"), and receipt graders, which always fail (decisions.md, "The doors graders ask").
 """
 
 from __future__ import annotations

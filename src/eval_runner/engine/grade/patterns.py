@@ -1,33 +1,13 @@
 """Running a grader's regular expression fast, close to the reference's meaning, and never without a bound;
 and `file_exists` globs.
 
-The reference compiles graders' patterns with Rust's `regex` (RE2-like syntax, linear time). A pattern runs
-here in one of two engines (docs/decisions.md, "Grader patterns under RE2"):
-
-* **RE2** (`google-re2`), in this process, when the pattern compiles under RE2 after a small translation
-  from the Python syntax it was checked with at load: `\\d` `\\s` `\\w` become the Unicode classes Rust's
-  mean (RE2's own are ASCII), `\\Z` becomes `\\z`, `{,n}` becomes `{0,n}`, escaped literals become
-  `\\x{..}`, and flags i m s become inline flags. `x` is applied before either engine, by Rust's rules:
-  every White_Space character and every `#` comment to the end of the line is dropped, inside character
-  classes too; only an escaped one stays. RE2's `\\b` is ASCII-only, so a pattern with `\\b`/`\\B` goes to
-  Python's `re` when a text is not ASCII. RE2 is linear in the text, but a large program over a large text
-  can still take seconds in one uninterruptible call, so work over `IN_PROCESS_WORK` (text bytes × program
-  instructions) runs in the worker below, still under RE2.
-* **Python's `re`**, for what RE2 refuses (look-around, back-references, `\\1`-style escapes, a
-  repetition over 1000, a text with a lone surrogate). It can backtrack for hours while holding the GIL,
-  so it runs in a worker interpreter (`python -I -S`, no environment) that a `PatternRunner` starts on
-  first need and keeps: jobs go in and answers come out as length-prefixed JSON on its stdin and stdout,
-  one at a time under an asyncio lock. A job that outlives `PATTERN_SECONDS` gets the worker killed (the
-  next job starts a new one) and its grader fails with that reason, never passes.
-
-Counting is Rust's `find_iter` in both engines: non-overlapping, leftmost-first, empty matches included,
-except an empty match where the previous match ended (so `x*` counts 4 in `abxd`, where Python's
-`finditer` counts 5). Without `m`, RE2's `$` matches only at the very end, as Rust's does (Python's also
-matched before a final newline). The input is bounded too: a focus text over `MAX_PATTERN_TEXT_BYTES`
-(UTF-8) fails the grader rather than being cut, because a cut text could turn a `not_contains` into a pass.
-
-`glob_matches` is the reference's small glob language: `*` any run of characters but `/`, `**` any run,
-`**/` nothing or any run ending in `/`, `?` one character but `/`; everything else is literal.
+The reference runs graders' patterns under Rust's `regex` (linear time). Here a pattern runs under RE2 in
+this process when RE2 compiles it after a small translation, else under Python's `re` in a killable
+worker interpreter that a `PatternRunner` keeps, counting as Rust's `find_iter` does in both; the
+translation, the counting, the bounds and the worker are in decisions.md ("Grader patterns under RE2").
+A focus text over `MAX_PATTERN_TEXT_BYTES` fails the grader rather than being cut, because a cut text
+could turn a `not_contains` into a pass. `glob_matches` is the reference's glob: `*` any run of
+characters but `/`, `**` any run, `**/` nothing or any run ending in `/`, `?` one character but `/`.
 """
 
 from __future__ import annotations

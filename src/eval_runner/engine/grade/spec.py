@@ -1,19 +1,11 @@
 """What a case checks: one typed record per grader type, parsed and validated at load.
 
 A grader comes from a `graders/<name>.md` file (TOML front matter plus a body) or from an entry of
-`case.toml`'s `graders` list (runner.md "Case/test-set file format"). Every type has a closed key set,
-and an unknown key is an error naming the allowed ones. Running a grader is the evaluator's job; this
-module only says what a grader is, so the evaluator can match exhaustively on `GraderSpec`.
-
-Decisions where the spec is silent (taken from the reference's `ext-eval` grader parser):
-* the body of a grader file is trimmed; an empty body counts as absent;
-* a value both in the front matter and as the body is an error (`pattern`, `rubric`, `criteria`);
-* patterns are compiled at load with Python's `re` and flags `i m s x` (IGNORECASE, MULTILINE,
-  DOTALL, VERBOSE). The reference compiles with Rust's `regex`, which has no look-around or
-  back-references and runs in linear time; Python's `re` accepts those and can backtrack, so the
-  evaluator should bound its input. A pattern valid in Rust but not in Python (`\\z`) is refused here;
-* a Choice question's options keep sorted order, as the reference's TOML table (a sorted map) gives
-  them to it.
+`case.toml`'s `graders` list (runner.md "Case/test-set file format"). Running a grader is `graders.py`'s
+job; this module only says what a grader is, so grading can match exhaustively on `GraderSpec`. Patterns
+are checked here with Python's `re`, whose syntax `patterns.py` translates for RE2 (decisions.md, "Grader
+patterns under RE2"); where the spec is silent we follow the reference's `ext-eval` grader parser
+(decisions.md, "The test set").
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """The graders that ask a door: `decision` (Jev) and `judge` (the chat door), and the doors they ask.
 
 A door is a model behind a network we do not control, so a door grader asks more than once and counts
-votes (runner.md §13.6, §22 "Door graders"): at most three calls, two votes needed.
-
-* `decision`: each answer becomes one probability (Noul: P(yes); Score: the probability-weighted level
-  over the top level; Choice: the mass on the passing options); a vote counts when it is at or above the
-  threshold. Asking stops once two votes counted or two did not; the grader passes on two counted.
-* `judge`: each answer must be exactly PASS or FAIL (`judge_answer`); anything else is no vote. Asking
-  stops at the first FAIL or once two PASS can no longer be reached; the grader passes on two PASS and
-  no FAIL.
-
-A door that cannot answer raises `DoorError`; the grader then fails with the reason and keeps the votes
-it had. A door that is absent (`Doors.decision`/`Doors.judge` is None) fails the grader with "no decision
-door is configured" / "no judge door is configured": nothing here ever passes unasked.
-
-The doors are protocols so grading stays testable; the HTTP doors are `engine/grade/doors.py`.
+votes (runner.md §13.6, §22 "Door graders"). A door that cannot answer raises `DoorError`; the grader
+then fails with the reason and keeps the votes it had. An absent door fails the grader: nothing here
+ever passes unasked. The doors are protocols so grading stays testable; the HTTP doors are
+`engine/grade/doors.py`.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """A memory cgroup per sandbox, where the host lets the runner make one: the kernel then counts everything.
 
-Summing the resident memory of a sandbox's processes misses what no process maps: memfd pages, System V
-shared memory, tmpfs pages, pipe buffers and other kernel memory. A memory cgroup counts all of them,
-and its hard limit stops a hog between two polls. So where the host allows, each sandbox's pid 1 is
-moved into a cgroup of its own before it runs anything (bubblewrap's `--block-fd` holds it until the
-runner has placed it), every process it starts is born there, and the runner's budget reads what the
-cgroup holds: anonymous memory, shared memory (memfds, tmpfs, shm) and kernel memory; page cache is
-left out (it is reclaimable, and files written are the disk budget's business).
-
-Which host gets which (decisions.md, "Sandbox threat model"):
-* cgroup v1 with a writable memory hierarchy (a root runner, as on this machine): a child of the
-  runner's own memory cgroup per sandbox, `memory.limit_in_bytes` as the hard ceiling.
-* cgroup v2 where the runner's cgroup is delegated to it (systemd `Delegate=yes`): the runner moves
-  itself into a leaf `runner` child, enables the memory controller for its subtree, and makes a child
-  per sandbox with `memory.max` (and `memory.swap.max = 0`).
-* anything else: no cgroup; the budget sums resident memory and counts memfds through the processes'
-  descriptors (`engine/run/memory_watch.py`), which still misses pipe buffers and kernel memory.
+Summing the resident memory of a sandbox's processes misses what no process maps (memfd pages, System V
+shared memory, tmpfs pages, pipe buffers, other kernel memory); a memory cgroup counts all of them, and
+its hard limit stops a hog between two polls. Each sandbox's pid 1 is moved into a cgroup of its own
+before it runs anything (bubblewrap's `--block-fd` holds it until then), so every process it starts is
+born there. Page cache is left out of the count: it is reclaimable, and files written are the disk
+budget's business. Which hosts get a cgroup, and of which version, is in decisions.md ("Sandbox threat
+model").
 """
 
 from __future__ import annotations

@@ -1,35 +1,11 @@
-"""What a run leaves behind, read safely, and secrets kept out of everything we keep.
+"""What a run leaves behind, read safely, and secrets kept out of everything we keep (runner.md §13.4 step 12).
 
 The run's directories were written by untrusted code, so nothing here follows a link: a file is opened
-with `O_NOFOLLOW | O_NONBLOCK` and read only if it then is a regular file (a link to `/etc/shadow` is
-recorded by its target, a FIFO never blocks us), and directories are walked without following links.
-The sandbox is gone before any of this runs, so nothing changes underneath.
-
-Trees are walked and removed through one directory descriptor at a time (`_Cursor`): names relative to
-it, `..` to come back up, no recursion. So no shape of tree the agent made stops us: not a chain deeper
-than PATH_MAX or the stack (`shutil.rmtree` raised `RecursionError` at ~1000 levels and left the run
-directory behind), not the descriptor limit, not a directory it made mode 000 (given back `0700` through
-the descriptor of the directory holding it, as a runner that is not root needs).
-
-Created files (runner.md §13.4 step 12) are the files in `cwd/` after the run whose path or content is
-not one the run started with: a regular file by its sha256 digest (copied when ≤ 1 MiB), a symlink by
-its target, anything else (a FIFO) by its path. At most `MAX_CREATED` entries are recorded and at most
-`MAX_READ` bytes read for them, in walk order (names sorted at each level); the record says whether it
-holds them all (also False when a directory could not be read). The bound keeps a run that filled its
-workspace from holding the runner for minutes. A link is `inside` when its target, resolved by name
-against what the walk saw, names a file or directory in the workspace; only such links, and regular
-files, are `present` (what `file_exists` counts).
-
-Paths are kept as the operating system gives them (surrogate-escaped where a name is not UTF-8); what
-goes into JSON or a file name is `shown_path` (the path, or its bytes with each one that is not UTF-8
-written `\\xNN`), with `exact_path` (base64 of the bytes) beside it where the record is kept.
-
-Secrets (the door key, the proxy tokens, the decision key, fallback keys) are replaced by `REDACTED`
-in every kept byte and path, and in the workspace files a file grader may read (spec open question 11:
-the reference's replacement text was not read). After the results directory is written, `secret_in`
-scans it once more; a directory still holding a secret is removed and the run fails with
-`the door key was found in <path>; the results were removed` (§13.11), `<path>` relative to the
-results directory so the message names no host path.
+`O_NOFOLLOW | O_NONBLOCK` and read only if it then is a regular file (a FIFO never blocks us), and trees
+are walked and removed through one directory descriptor at a time, so no shape of tree the agent made
+stops us. The sandbox is gone before any of this runs, so nothing changes underneath. The bounds on what
+is recorded, names that are not UTF-8, which links `file_exists` counts and how secrets are scrubbed are
+in decisions.md ("The sandbox, the bridge and one run").
 """
 
 from __future__ import annotations

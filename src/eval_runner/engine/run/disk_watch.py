@@ -1,20 +1,12 @@
 """The sandbox's disk budget: what a run's files take, watched while it runs.
 
-Only a per-file limit (64 MiB) bounded a run's writes: one run wrote 1 GiB across `out/` and `tmp/`, and
-a few such runs can fill the disk the ledger lives on. A size-bounded mount (a tmpfs with `size=`) would
-hold the files in the sandbox's mount namespace, gone before the runner could collect them, and in
-memory; project quotas need root and a filesystem that has them. So the runner measures, as it does
-memory: every `POLL_SECONDS` (less often when a scan is dear) it adds up the blocks allocated to every
-entry under the run's writable directories, and to every file the sandbox's processes hold open after
-unlinking it (which no walk can see). Over `Limits.disk` bytes or `Limits.files` entries, or a tree
-deeper than `MAX_DEPTH` directories, the sandbox is stopped as at the deadline and the run ends
-`errored(disk_limit)`.
-
-The walk holds one descriptor per level of the directory it is in (so the agent renaming directories
-under it changes nothing already open), never follows a link, changes nothing, and stops as soon as a
-bound is passed, so a scan costs at most `Limits.files` entries whatever the agent made. A file written
-and deleted between two scans is not counted, and a run may pass its budget by what it writes in one
-interval; the budget is there to keep runs from filling the disk, not to meter them byte for byte.
+A per-file limit alone let one run write 1 GiB, and a few such runs can fill the disk the ledger lives
+on. A size-bounded tmpfs would hold the files in memory and in the sandbox's mount namespace, gone before
+the runner could collect them, and project quotas need root; so the runner measures, as it does memory:
+every `POLL_SECONDS` it adds up the blocks of every entry under the run's writable directories and of the
+unlinked files the sandbox holds open, one descriptor per level, never following a link, and stops at the
+first bound passed (the run ends `errored(disk_limit)`). The budget keeps runs from filling the disk; it
+does not meter them byte for byte (decisions.md, "Sandbox threat model").
 """
 
 from __future__ import annotations

@@ -1,43 +1,12 @@
 """The per-run door proxy: the only way a run's agent reaches its model door, and never with the key.
 
-The agent is untrusted code in a sandbox with its network off. A bridge inside the sandbox listens on
-`127.0.0.1:<port>` and relays to a Unix socket bind-mounted from the host; this proxy listens on that
-socket. The agent is given the bridge's URL and a fresh random token (32 random bytes, hex) as its
-door key. A request whose `Authorization: Bearer <token>` (scheme in any case) or `x-api-key: <token>`
-matches goes on to the real door URL + the same path and query, with the credential replaced by the
-real key as `Authorization: Bearer <key>` and hop-by-hop headers dropped; the answer streams back
-unbuffered (server-sent events pass through as they arrive). So the key never enters the sandbox, and
-the token is worthless once the run ends (runner.md §13.4 step 7).
-
-Answers of the proxy's own: 401 "the run's door token is required" (wrong or missing token, nothing
-forwarded), 413 (body over the cap, 16 MiB), 502 (the door cannot be reached). It remembers whether the
-door ever answered 401 or 403, which makes the run `errored(auth_failed)` (step 11).
-
-The socket file is made 0666 so a sandbox running as another uid (65534) can connect; put it in a
-directory only this run uses — whoever can reach the file can spend the door through it. Nothing here
-logs, and neither the key nor the token appears in a repr or an error message.
-
-The key never comes back either: a door that echoes what it was sent would otherwise hand the agent
-the key (issue 7, item 8). Every answer is scrubbed as it streams (`AnswerScrub`): the forms of the key
-`key_forms` lists become `collect.REDACTED`, holding back only a tail that could still grow into one
-(at most the longest form less a byte, and nothing once the tail cannot, so events still arrive at
-once). Those forms are the key's bytes; its JSON-escaped and percent-encoded text where these differ;
-its other letter case when it is hex; and its base64, standard and URL-safe, padded or not, also as
-it sits inside a longer base64 run (`Basic` credentials, `base64("Bearer " + key)`, an encoded echo of
-the whole request): for each of the three alignments the characters made of key bits alone, when at
-least `MIN_BASE64_RUN` of them. So up to 4 bits of the key's first and last bytes may stay visible
-beside the marker. Not caught: the key re-cased, reversed, hashed, hex-encoded, split by inserted
-characters, or in any other transformation; that would need a door built to leak, not an echo.
-Answer headers that carry credentials (`Authorization`, `Cookie`, `Set-Cookie`, API-key headers,
-`Authentication-Info`) are dropped whatever they hold, and so is any header whose name or value holds
-a form of the key; `WWW-Authenticate` stays (a challenge, which the agent may need to read a 401). A
-reason phrase holding a form of the key is replaced by the standard one.
-
-Compression would hide the key from a byte scrub, so the door is asked for `Accept-Encoding:
-identity` (the agent's own is not forwarded), and a gzip or deflate answer it sends anyway is decoded
-here and passed on without its `Content-Encoding`. Any other content or transfer coding (br, zstd,
-stacked codings) cannot be read, and the answer is refused with 502 before a byte of it is passed on.
-Answers go back without `Content-Length` (scrubbing changes the length), chunked as before.
+The agent is untrusted code in a sandbox with its network off. The bridge inside relays
+`127.0.0.1:<port>` to a Unix socket bind-mounted from the host, where this proxy listens; the agent's
+door key is a fresh token that the proxy swaps for the real key on the way out (runner.md §13.4 step 7),
+so the key never enters the sandbox and the token is worthless once the run ends. Answers stream back
+scrubbed of every form of the key, without `Content-Length` (scrubbing changes the length). What is
+forwarded, dropped, decoded and scrubbed is in decisions.md ("The door proxy, the stand-ins and ATIF
+reading"). Nothing here logs, and neither the key nor the token appears in a repr or an error message.
 """
 
 from __future__ import annotations

@@ -1,35 +1,12 @@
 """The sandbox's memory budget: how much a run's processes hold, watched while it runs.
 
-The address-space rlimit the bridge sets is only a backstop. It refuses an allocation, and the agent
-decides what happens next: a native agent that writes through the NULL it got dies of a signal
-(`crashed`), but one that handles the refusal (a Python `MemoryError`) exits by itself, and an exit
-never errors a run. It also counts per process, so a tree of processes under it can hold many times
-the limit.
-
-So the runner measures instead: every `POLL_SECONDS` it sums the resident memory of the sandbox's
-pid 1 and every descendant, found through `/proc/<pid>/task/<tid>/children` (orphans are reparented
-to pid 1, so they stay in the tree; a process in the middle of being reparented can be missed by that
-one scan). Resident means as `VmRSS` counts it (`/proc/<pid>/statm`, field 2): a page
-shared by several processes counts once for each, so the sum over-counts, never under-counts. When it
-passes the budget the runner stops the sandbox as it does at the deadline (`engine/run/sandbox.py`).
-
-What a scan reads is the kernel's own bookkeeping (`statm`, `children`, the `task` directory): a
-sandboxed process changes it only by doing what it counts, there is no link to follow that it could
-aim, and none of it takes the process's memory lock, so a hog cannot make the scan wait. A process
-that ends during a scan counts nothing. A scan costs ~20 µs a process; the next one waits at least
-`_COST_SHARE` times as long as the last took, so even a sandbox at its process limit never costs the
-runner more than 1/`_COST_SHARE` of a core.
-
-Memfds are counted too, through the descriptors each process holds (`/proc/<pid>/fd`, deduplicated by
-inode, allocated blocks): their pages are in no resident set until mapped, so 3 GiB in unmapped memfds
-once passed a 2 GiB budget unseen. A mapped memfd is counted twice (the sum errs high, never low).
-
-Where the host gives each sandbox a memory cgroup (`engine/run/cgroup.py`), the cgroup's own count replaces
-this sum (`engine/run/sandbox.py`): it sees everything below as well. Not seen without one: memory held for
-less than one poll interval by a process that then exits (the backstop bounds each process meanwhile),
-pipe buffers and other kernel memory, and a memfd passed away and closed by every process (none can be:
-the sandbox has no socket to pass it through but its own). System V shared memory is refused by the
-sandbox's seccomp filter.
+The address-space rlimit the bridge sets is only a backstop: an agent that handles a refused allocation
+exits by itself, and the limit counts each process alone. So every `POLL_SECONDS` the runner sums the
+resident memory of the sandbox's pid 1 and every descendant, and the memfds they hold (in no resident
+set until mapped), and stops the sandbox as at the deadline when the sum passes the budget. It reads only
+the kernel's own bookkeeping, which takes no lock a hog could hold. Where the host gives each sandbox a
+memory cgroup (`engine/run/cgroup.py`), the cgroup's count replaces this sum. How it counts, what it
+costs and what it cannot see are in decisions.md ("The sandbox's memory budget", "Sandbox threat model").
 """
 
 from __future__ import annotations

@@ -1,51 +1,13 @@
-"""Confinement for one agent run: bubblewrap, resource limits and the door bridge.
+"""Confinement for one agent run: bubblewrap, resource limits and the door bridge (runner.md §13.5).
 
 The agent is untrusted code (the subject arm runs an extension someone else wrote), so each run starts
-`bwrap` with its own user, PID, network, IPC, UTS and cgroup namespaces as uid 65534 with every
-capability dropped, `--disable-userns`, `--new-session`, `--die-with-parent` and `--clearenv`
-(ecosystem.md §5). Its first process is our door bridge (`engine/run/bridge.py`, pid 1), which opens the
-run's doors inside, sets the resource limits on the agent alone, starts it and reports how it ended.
-
-Where we differ from the reference's boundary (runner.md §13.5), on purpose:
-
-* **The network is off.** The reference leaves it open on Linux because an unshared network namespace
-  would hide its loopback door proxy. Ours needs no host network: the proxy listens on a Unix socket
-  inside the run directory, which is visible in the sandbox, and the bridge offers it at
-  `http://127.0.0.1:<port>` on the sandbox's own loopback. The agent's only way out is its doors
-  (policy word `door-only`).
-* **Reads are an allowlist, not `--ro-bind / /`.** Run as root, the sandbox's uid 65534 would map to
-  real root, and every root-owned file that is visible (the runner's key file, `/etc/shadow`, mode 0600
-  or not) would be the sandbox user's to read. So only `/usr` (with the merged-usr links), `/nix/store`
-  on NixOS, a few public files of `/etc`, generated `/etc/passwd`, `/etc/group` and `/etc/hosts`, the
-  agent (and a script's interpreter) at its own path and the run directory are visible; the state
-  directory, `/root`, `/home` and `/work` never are. `/`, `/dev` and the run directory are read-only
-  except the writable parts runner.md §13.5 names.
-* **A root runner drops to uid 65534 outside too** before it starts bwrap (`setpriv` in the same
-  process, or the spawning child itself where there is no setpriv). The kernel exempts a
-  process whose real uid is root from `RLIMIT_NPROC` even inside a user namespace, so without the drop
-  a fork bomb is not contained; with it the limit is counted per sandbox (per user namespace), so
-  concurrent runs do not share one budget. The writable run directories are then owned by 65534, and
-  bind sources must be reachable by it (the temp root and the agent's directories must be
-  world-searchable; the probe checks the temp root).
-* **Resource limits** (bwrap has none): address space, processes, open files, file size and CPU time
-  (the deadline plus a margin), set by the bridge on the agent only; core dumps are off.
-* **A memory budget the runner enforces** (`Limits.memory`): the address-space limit refuses
-  allocations, but an agent that handles the refusal exits as if nothing happened, and it counts each
-  process alone. Where the host gives one, each sandbox's pid 1 is placed in its own memory cgroup before
-  it starts the agent (it waits for the runner's word; `engine/run/cgroup.py`), and the budget reads the
-  cgroup's count, the kernel holding a hard ceiling; elsewhere the runner sums resident memory and held memfds
-  (`engine/run/memory_watch.py`). Over the budget the sandbox is stopped as the deadline does (`Stop.MEMORY`,
-  `errored(memory_limit)`), and while stopping it may not pass half as much again (`_CEILING`).
-* **A disk budget** (`Limits.disk`, `Limits.files`, `engine/run/disk_watch.py`): the writable directories and
-  the unlinked files the sandbox holds open are measured the same way (`Stop.DISK`, `errored(disk_limit)`).
-* **A seccomp filter** (`engine/run/syscall_filter.py`) and a bridge that ends the sandbox on its own when the
-  runner goes or the run is overdue (`engine/run/bridge.py`), so nothing outlives its run.
-
-`engine/run/confinement.py`'s `probe()` runs a tiny command in exactly this shape once at start and returns
-`Confinement` or `Unconfined(reason)`; a host that cannot confine gets `errored(unconfined_host)` for
-every run and never runs anything unconfined. `run_confined()` is the one place a sandbox starts: it
-waits for the agent, the deadline or a cancel, stops the sandbox (SIGTERM through the bridge,
-`GRACE_SECONDS`, SIGKILL) and returns only once every process of it is gone.
+`bwrap` with its own namespaces, as uid 65534 with every capability dropped (ecosystem.md §5), and our
+door bridge (`engine/run/bridge.py`) as pid 1: it opens the run's doors inside, sets the resource limits
+on the agent alone, starts it and reports how it ended. The runner holds the sandbox to a memory budget
+(`cgroup.py`, `memory_watch.py`) and a disk budget (`disk_watch.py`) and stops it as at the deadline when
+one is passed. Where and why we differ from the reference's boundary (the network off, reads an
+allowlist, a root runner dropping to 65534 outside too) is in decisions.md ("The sandbox, the bridge and
+one run", "Sandbox threat model").
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The seccomp filter every sandbox runs under: the system calls an agent has no business making, refused.
 
-bubblewrap installs a compiled BPF program (`--seccomp FD`) on the sandbox before it starts the bridge,
-so the filter holds for the bridge, the agent and everything the agent starts. It allows every call but
-a short list that is refused with EPERM (a program that probes for them keeps running):
-
-* `ptrace`, `process_vm_readv`, `process_vm_writev`, `pidfd_getfd`, `kcmp`: reading or steering another
-  process of the sandbox, the bridge (pid 1) included, which holds none of the agent's limits;
-* `shmget`: System V shared memory outlives every process that touched it and is in no process's resident
-  set, so a memory budget measured per process would not see it (POSIX shm and memfds are counted);
-* `bpf`, `perf_event_open`, `userfaultfd`, `io_uring_setup`/`_enter`/`_register`, `keyctl`, `add_key`,
-  `request_key`: kernel attack surface no agent needs.
-
-Calls of another architecture (32-bit `int 0x80` on x86_64) kill the process, libseccomp's default for a
-foreign ABI. libseccomp compiles the program (through `pyseccomp`, a ctypes binding of the C library);
-on a host without libseccomp there is no filter, and `Confinement.seccomp` is None so `check` can say so.
+bubblewrap installs the compiled BPF program (`--seccomp FD`) before it starts the bridge, so the filter
+holds for the bridge, the agent and everything the agent starts. Every call is allowed but a short list
+(reaching into another process, System V shared memory no budget would see, kernel surface no agent
+needs), refused with EPERM so a program that probes for them keeps running; the list is in decisions.md
+("Sandbox threat model"). libseccomp compiles the program (through `pyseccomp`, a ctypes binding); on a
+host without it there is no filter, and `Confinement.seccomp` is None so `check` can say so.
 """
 
 from __future__ import annotations

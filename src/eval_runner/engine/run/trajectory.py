@@ -1,20 +1,13 @@
 """ATIF trajectories: the agent's log in; a typed record and an ATIF-v1.8 document out.
 
 Graders never watch the agent; they read what it wrote down. The agent writes an ATIF *log*
-(`trajectory.atif.jsonl`: one `session` record, then `step` records, then at most one `end` record, one
-JSON object a line) because a killed process loses at most the line it was writing. The runner keeps the
-*document* form (Harbor RFC 0001, ATIF-v1.8) as `trajectory.json`, and graders read from this module:
-the final agent message (`last_message`), every call with its operation names and input
-(`operation_used`, `operation_order`), the document's JSON text (`trajectory` regex focus) and the bounded
-view a door grader is shown.
-
-The log → document rendering follows the reference's `crates/atif` exactly where a digest depends on it
-(its NIP-ATIF fixture's `steps_digest` is reproduced by `tests/engine/run/test_trajectory.py`): steps
-numbered from 1, an ISO-8601 millisecond timestamp, lowercase sources, an agent step's call as
-`tool_calls` + `observation`, its tokens as `metrics`. Reading recovers as the reference's reader does:
-a line that does not read is a `LogFault` and the rest still reads; `whole=True` refuses any fault or a
-missing `end` record. Any 1.x version is accepted and relabelled ATIF-v1.8 (every 1.x revision is
-additive); the declared one is kept. The only exception that leaves this module is `TrajectoryError`.
+(`engine/run/atif_log.py`); the runner keeps the *document* form (Harbor RFC 0001, ATIF-v1.8) as
+`trajectory.json`, and graders read from this module: the final agent message, every call with its
+operation names and input, the document's JSON text and the bounded view a door grader is shown. A log
+line that does not read is a `LogFault` and the rest still reads, unless `whole=True` (any fault, or no
+`end` record, refuses it). Any 1.x version is accepted and relabelled ATIF-v1.8 (every 1.x revision is
+additive; the declared one is kept). Rendering follows the reference (decisions.md, "The door proxy, the
+stand-ins and ATIF reading"); the only exception that leaves this module is `TrajectoryError`.
 """
 
 from __future__ import annotations

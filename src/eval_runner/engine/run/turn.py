@@ -1,32 +1,13 @@
 """One run: one agent turn, in its sandbox, under the child contract (runner.md §13.4).
 
-`run_once` lays out the run directory, opens the run's door proxies on Unix sockets inside it, builds
-the only environment the agent gets, starts the agent in the sandbox (`engine/run/sandbox.py`) with
-`<agent> --prompt-file <root>/prompt.md --trace <root>/out/trajectory.atif.jsonl --json` in `home/cwd`,
-waits for its exit, the deadline or a cancel, decides the outcome, and collects what it left
-(`engine/run/collect.py`) with every secret scrubbed. The workspace (`home/cwd`) stays for file graders
-until the caller closes the record's `Workspace`; everything else of the run directory is removed at
-once.
-
-Run directory (`<temp root>/oa-eval-XXXXXX`, canonical path, the same path inside the sandbox):
-
-    home/                 HOME (read-only)
-      cwd/                working directory, the case's fixtures; writable when `write` is granted
-      .openagents/        OPENAGENTS_HOME (writable): questions/, programs/<slug>.json
-    out/                  writable: stdout.jsonl, stderr.txt, trajectory.atif.jsonl, trace/
-    tmp/                  TMPDIR, TMP (writable, mode 0700)
-    door/                 the door proxies' sockets (ours; the agent reaches them through the bridge)
-    prompt.md, guidance.md
-
-Outcomes: `completed`; `cancelled`; `errored(<reason>)` with the reference's reasons `timeout`,
-`auth_failed`, `unconfined_host`, `env_var_rejected`, `refused` (the run directory or a door could not
-be set up, or a grant the sandbox cannot honour: `network`), and ours: `crashed` (the agent's own
-process was killed by a signal the runner did not send: a segfault, an abort on a failed allocation
-under the address-space limit, SIGXCPU; the reference ignores how the agent exited, but such a turn did
-not finish), `memory_limit` (the sandbox's processes together held more than `Limits.memory` when the
-runner measured them, so it stopped the sandbox; what the agent did about a refused allocation does not
-matter), `spawn_failed` (the agent could not be executed) and `sandbox_failed` (bubblewrap or the
-bridge failed; its message is in the record's stderr). An exit code alone never makes a run errored.
+`run_once` lays out the run directory (`engine/run/layout.py`), opens the run's door proxies on Unix
+sockets inside it, builds the only environment the agent gets, starts the agent in the sandbox, waits
+for its exit, the deadline or a cancel, decides the outcome, and collects what it left with every secret
+scrubbed. The workspace (`home/cwd`) stays for file graders until the caller closes the record's
+`Workspace`; the rest of the run directory is removed at once. An exit code alone never errors a run; the
+outcomes beyond the reference's reasons (`crashed`, `memory_limit`, `disk_limit`, `spawn_failed`,
+`sandbox_failed`) are in decisions.md ("The sandbox, the bridge and one run", "The sandbox's memory
+budget").
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """Test sets: discovering case directories under `evals/` and loading each case with every rule and
 limit of the case format (runner.md "Case/test-set file format").
 
-A case is a directory holding `prompt.md` and optionally `case.toml`, `graders/*.md` and
-`fixtures/**`. `case.toml` is the base document; the prompt's front matter overrides it key by key
-(the `[run]` tables merge key by key); the prompt body is the prompt; the grader list is
-`case.toml`'s `graders` followed by the grader files in name order. Every error is a `TestSetError`
-naming the file (relative to the eval directory) and the key.
-
-Decisions beyond the spec (the reference's `ext-eval` loader where it speaks, ours where not):
-* Case and grader names, and grader file stems, follow `contracts.case_id` with the 64-byte limit of
-  runner.md §22, so a name the case manifest would refuse (`results`, `my grader`) is refused at load,
-  not at release.
-* A case holds at most 256 fixtures, each at most 1 MiB, with a plain `/`-separated path of at most
-  512 bytes (the case manifest's bounds, wire.md §14.1): the reference loads more and then cannot
-  build its manifest; we refuse at load.
-* Links are refused everywhere in a case: `prompt.md`, `case.toml`, grader files, fixtures, and the
-  `graders/` and `fixtures/` directories themselves. Discovery never follows a linked directory.
-* `run.env` keys are not checked at load: a key outside `OA_EVAL_[A-Z0-9_]*` makes the *run* end
-  `errored(env_var_rejected)` (runner.md §13.4 step 1); `Case.env_rejection()` names the first one.
-* Fixtures are kept as files (path and bytes); empty fixture directories are not carried.
-
-Writing a chat draft out as case files is `engine.testset_draft`.
+Every error is a `TestSetError` naming the file (relative to the eval directory) and the key, so a
+person can fix a case without reading this code. A case is refused at load for anything that would only
+fail later (a name or a fixture the case manifest would refuse, a link anywhere in it); those choices
+are in decisions.md ("The test set"). Writing a chat draft out as case files is
+`engine/testset/drafts.py`.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """What the hosted runner will test: catalog tools (extension directories the operator lists) and
 chat-made tools built only from a skill and catalog tools (runner.md §11, wire.md §18).
 
-An extension directory is a package record (`package.json`), the program it pins (`programs/`) and
-any skills (`skills/*.md`), resolved as `openagents ext eval` resolves it, so a hosted result and a
-check on someone's computer name the same subject: the DefinitionRef `<publisher>:<slug>/<program>`
-over the package record's exact bytes. A request may also name the tool by the DefinitionRef of a
-Wasm guest its program runs (the chat catalog's names); both are matched by id and digest.
-
-Facts taken from the reference (`coder::package`, `eval-runner` `catalog.rs`) where the spec is brief:
-* a package record is closed (unknown keys refused), `v` is 1, `slug` and `program.name` are slugs and
-  `program.digest` is 64 lowercase hex; text fields must not carry a host path or a secret;
-* `program.digest` is not the SHA-256 of the file's bytes: it is the SHA-256 (hex) of the file's text
-  as one canonical JSON string (`coder::package::digest` = `atif::digest(json!(text))`);
-* the program file is the `*.json` file in `programs/` (by sorted path) whose `definition.id` ends in
-  `/<program name>` (or whose `slug` is that name), not a file found by its name;
-* the package lock is `{v: 1, slug, publisher, provenance, program: {digest, found}, questions,
-  sources, policies, capabilities, dependencies}`.
-Chat-made tools reuse the draft contract's `made_slug` and `made_subject` (the record is JCS of
-`{name, summary, skill, uses}`, the id `<requester>:<slug>/skill`).
-Not ported: packages that depend on other packages (`requires`) or state a `compatibility` requirement
-are refused as not resolving (the reference resolves the first and checks `coder`'s own version for
-the second); questions, sources, policies and capabilities pins are resolved like the program.
+An extension directory is resolved as `openagents ext eval` resolves it, so a hosted result and a check
+on someone's computer name the same subject: the DefinitionRef `<publisher>:<slug>/<program>` over the
+package record's exact bytes. A request may also name the tool by the DefinitionRef of a Wasm guest its
+program runs; both are matched by id and digest. Chat-made tools reuse the draft contract's `made_slug`
+and `made_subject`. What we took from the reference where the spec is brief (the package record, what
+`program.digest` digests, which file is the program) and what is not ported: decisions.md ("The test set").
 """
 
 from __future__ import annotations

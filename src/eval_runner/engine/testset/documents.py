@@ -2,20 +2,11 @@
 documents it references (runner.md §13.10, wire.md §13.5, §14.1), and the file list a suite release
 carries (wire.md §14.2).
 
-A published suite is accepted only if this runner rebuilds `suite.json` byte for byte (runner.md
-§10.3 step 3), so the shapes and words here are the reference's (`ext-eval` `report::suite_artifacts`,
-newest stored version, whose workload carries both the older keys `collection`, `synthetic`,
-`task_families` and the newer `frame`, `inclusion`, `strata`, `method`). Every JSON document except the
-manifest is pretty JSON with sorted keys and a trailing newline (`strict_json.pretty`, serde's
-`to_vec_pretty` plus `\\n`); the manifest is JCS.
-
-What is not well specified, so this module takes it as input or marks it:
-* the gate file bytes (`ext-eval-v2.json`), whose ArtifactRef `acceptance` carries: `gate_file`;
-* `environment.json`: the reference's default names the crate version (`ext-eval <version>`), which
-  we do not know (runner.md open question 2): `engine` defaults to `DEFAULT_ENGINE`;
-* no fixture from a real release has been checked against these bytes yet.
-The case manifest and `suite.json` are written by the contract builders (`contracts.case_manifest`,
-`contracts.suite`), which check them as a reader would before the bytes are returned.
+A published suite is accepted only if this runner rebuilds `suite.json` byte for byte (runner.md §10.3
+step 3), so the shapes and words here are the reference's (`ext-eval` `report::suite_artifacts`). The
+case manifest and `suite.json` are written by the contract builders (`contracts.case_manifest`,
+`contracts.suite`), which check them as a reader would. What the spec does not pin, and this module
+takes as input (the gate file's bytes, `environment.json`'s engine), is in decisions.md ("The test set").
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """The verdict: the `ext-eval-v2` gate over the comparison, with the criteria that say why.
 
-The rule is runner.md's "Verdict rule" pseudo-code, implemented exactly; the criterion names and
-details follow the reference gate (`gym::gate`, `judge_ext_eval` and `more_passed_and_better`) so a
-report or page can show the same reasons. Each criterion is passed, failed or unverifiable, and
-failed beats unverifiable beats passed:
-
-* Rank 1 floors (a baseline ran, enough scored runs per arm to measure a spread, at least one
-  compared case): a miss leaves everything after it not judged, so the verdict is inconclusive.
-* Rank 1 judgements: fewer cases passed, or a should-not-fire case the baseline passed and the
-  subject failed, is Worse.
-* Rank 2, the only way to Better: more cases passed, a mean-score gain larger than the spread, and
-  cost and time each within half again the baseline's (plus the spread). Cost and time only block;
-  an unknown cost or time does not.
-
-Pure: no I/O. The gate's numbers come from its committed file (`Gate.from_document`).
+The rule is runner.md's "Verdict rule" pseudo-code, implemented exactly; the criterion names and details
+follow the reference gate (`gym::gate`) so a report or page can show the same reasons (decisions.md,
+"Scores, verdict, notes and evidence"). Pure: no I/O. The gate's numbers come from its committed file
+(`Gate.from_document`).
 """
 
 from __future__ import annotations

@@ -2,15 +2,9 @@
 
 A gate's digest names its rule, not its file (`gym::gate::Gate::digest`, `docs/gym/gate-digests.md`):
 sha256 over a canonical projection of the rule's identity, so rewording an explanation never
-re-identifies a rule. The projection is `{identity_schema: "openagents.gym.gate-identity.v1", schema,
-id, rule}` with the rule's `decides`, each bound's `value` (a float), `basis` and `evidence`, `primary`
-and `non_inferiority` only when the rule has them, and the pending measurement's `quantity` and
-`issue`; `question`, every `why`, `$comment` and `previously` stay out. The canonical text is the
-Gym's own: keys sorted, no whitespace, every number written as serde_json writes an f64.
-
-The reference runner writes it as `sha256:` + the Gym's hex (`report::wire_gate`); its expected
-`better.report.json` carries `sha256:4db54843…e6b7` for the committed `ext-eval-v2.json`, which this
-module reproduces (tests/engine/report/test_build.py). Pure.
+re-identifies a rule. The projection, its canonical text and the reference's digest this module
+reproduces are in decisions.md ("`meta.ext_eval.gate` is the Gym's rule digest", under "The report and
+its results directory"). Pure.
 """
 
 from __future__ import annotations

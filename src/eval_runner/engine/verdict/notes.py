@@ -1,16 +1,9 @@
 """Notes beside the verdict: time and cost changes in plain words (runner.md §13.9).
 
-The `ext-eval-v2` gate never keeps an extension for being faster or cheaper, so a reader learns of
-such a change here instead, separate from the verdict: `Faster: 12.0 s against 30.0 s per run`.
-A note is written only when a baseline ran, both arms measured the value, and the change clears
-the spread between repeats (a zero spread when it is unknown); seconds come first, then cost. Beyond
-the reference: a change too small to show in the printed precision (0.1 s, $0.0001) gets no note.
-
-Wording: the reference engine (`ext_eval::notes`) and runner.md §13.9 write no closing full stop;
-wire.md §10.2's example shows one. We follow the reference, whose bytes the phone has always seen
-(docs/decisions.md, "Notes beside the verdict carry no full stop").
-
-Pure: no I/O.
+The `ext-eval-v2` gate never keeps an extension for being faster or cheaper, so a reader learns of such
+a change here instead, separate from the verdict: `Faster: 12.0 s against 30.0 s per run`. The wording
+follows the reference's bytes, without the full stop wire.md's example adds, and a change too small to
+show in the printed precision gets no note (decisions.md, "Scores, verdict, notes and evidence"). Pure.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """Scores: graded runs in, case scores, arm summaries and the comparison the gate reads out.
 
-The rules are runner.md §13.6 (end) and §13.7, and they follow the reference's `ext_eval::score`
-exactly, because the numbers land in a report that other readers recompute:
-
-* A **case** passes in an arm when a majority of its *planned* runs passed; while missing runs
-  could still tip that majority the pass is unknown, never guessed, and a case with no scored run
-  is always unknown.
-* The **comparison** reads compared cases only (scored with a decided pass in both arms). A case
-  whose every grader is subject-only scores the subject arm alone and never counts for either arm.
-* The **spread** is measured on the run being judged: per attempt number, the arm's mean run score
-  over the compared cases (or its total cost, total seconds), highest minus lowest. One attempt has
-  no spread, and an unknown cost is unknown, never zero.
-
-Sums are plain left-to-right float additions in plan order (case order, then attempt), as the
-reference folds them; Python 3.12's compensated `sum()` could differ in the last bit, so it is not
-used for anything that reaches a report.
-
-Pure: no I/O. Runs the plan lacks are an error; planned runs with no record score as `unknown`.
+The rules are runner.md §13.6 (end) and §13.7, and they follow the reference's `ext_eval::score` exactly,
+down to the order of float additions, because the numbers land in a report that other readers recompute
+(decisions.md, "Scores, verdict, notes and evidence"). A pass is unknown, never guessed, while missing
+runs could still tip a case's majority. Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -1,33 +1,12 @@
 """Evidence beside the verdict: how sure can anyone be that the extension helps? (statistics.md §C3)
 
-The gate (`verdict.py`) decides with the reference's spread rule; this module adds the numbers a
-careful reader wants next to it, computed exactly at these tiny sizes (≤ 8 cases, 1–3 runs per arm):
-
-* **Exact stratified permutation test** (the exact conditional, Zelen / exact-CMH test). Per case i,
-  with x_i passes of n_i runs with the extension and y_i of m_i without, condition on the case's
-  total passes t_i = x_i + y_i. Under "the extension changes nothing", runs are exchangeable between
-  the arms *within a case*, so X_i ~ Hypergeometric(n_i + m_i, t_i, n_i), and S = Σ X_i has the
-  convolution of those laws, computed here with integers (no floating point until the end).
-  `p_helps` = P(S ≥ s_obs), `p_harms` = P(S ≤ s_obs); the mid-p versions count half of P(S = s_obs).
-  Cases with every run passing (or failing) in both arms carry no information and change nothing.
-* **Δ** = pooled pass rate with the extension − pooled pass rate without, with its 95 % **Newcombe
-  hybrid-score interval** (Newcombe 1998, method 10, built from the two Wilson score intervals).
-  Pooling treats runs as independent; the stratified test above is the one that respects cases.
-* **Breadth**: cases whose pass rate rose (`cases_improved`) and fell (`cases_worsened`), compared
-  as rates (x_i·m_i against y_i·n_i) so unequal run counts compare fairly.
-* **Minimum detectable effect** (`min_detectable_effect`, a proportion: multiply by 100 for pp):
-  keep this design (the compared cases, their scored run counts per arm) and each case's observed
-  baseline passes y_i; over every possible with-extension outcome (x_1..x_k), 0 ≤ x_i ≤ n_i, take
-  the smallest pooled Δ = Σx_i/Σn_i − Σy_i/Σm_i whose exact stratified `p_helps` ≤ α (0.05).
-  Absent, and the design **underpowered**, when even every run passing with the extension could not
-  reach α (a ceiling effect, or too few cases and runs). It is a property of the design and the
-  baseline, not of the subject arm's result, and it ignores any breadth floor a policy may add.
-  Found exactly by a pruned search: `p_helps` never rises when one x_i rises (adding a pass to a
-  case's urn raises its hypergeometric draw by at most one), so a branch that cannot reach α even
-  with every remaining run passing is cut.
-
-The runs counted are the scored runs the gate reads; a run that ended in an error is scored as a
-failure there, and the report's coverage counts say how many there were. Pure: no I/O.
+The gate (`gate.py`) decides with the reference's spread rule; this module adds the numbers a careful
+reader wants next to it, computed exactly at these tiny sizes (≤ 8 cases, 1–3 runs per arm): the exact
+stratified permutation test (`p_helps`, `p_harms` and their mid-p versions, with integers until the end),
+Δ with its 95 % Newcombe hybrid-score interval (Newcombe 1998, method 10, from two Wilson intervals),
+breadth, and the minimum detectable effect, found by a search pruned on `p_helps` never rising when one
+case gains a pass. What they count and how, and why they never change the verdict, are in decisions.md
+("Scores, verdict, notes and evidence"). Pure: no I/O.
 """
 
 from __future__ import annotations
