@@ -56,6 +56,7 @@ from eval_runner.contracts.execution import EXECUTION_SCHEMA, ExecuteBody
 from eval_runner.contracts.hosted import RunInput, request_tags
 from eval_runner.contracts.strict_json import JsonValue, canonical
 from eval_runner.engine.testset.catalog import Catalog
+from eval_runner.logs import lines_to
 from eval_runner.nostr import ClientEvent, Event, PublicKey, SecretKey, conversation_key, decrypt, encode, encrypt, sign
 from eval_runner.service.config import Config
 from eval_runner.service.ledger.store import Ledger, ledger_path
@@ -100,6 +101,11 @@ async def serve(url: str, root: Path, secret: SecretKey) -> None:
         if line == SUBSCRIBED:
             subscribed.set()
 
+    with lines_to(log):
+        await _serve(url, root, secret, subscribed)
+
+
+async def _serve(url: str, root: Path, secret: SecretKey, subscribed: asyncio.Event) -> None:
     config = Config.from_env(
         {
             "EVAL_RUNNER_RELAY": url,
@@ -116,7 +122,7 @@ async def serve(url: str, root: Path, secret: SecretKey) -> None:
     stop = asyncio.Event()
     liveness = Liveness(probe=config.probe_ms / 1000, renew=config.renew_ms / 1000)
     with Ledger.open(ledger_path(config.state), secret.public_key().to_hex(), int(time.time())) as ledger:
-        async with Publisher(url, secret, probe=liveness.probe, log=log) as publisher:
+        async with Publisher(url, secret, probe=liveness.probe) as publisher:
             pipeline = Pipeline.from_config(
                 config,
                 secret=secret,
@@ -124,11 +130,10 @@ async def serve(url: str, root: Path, secret: SecretKey) -> None:
                 catalog=Catalog.load(config.catalog),
                 suite_runner=StandInSuite(),
                 publisher=publisher,
-                log=log,
             )
             # serve's own listen loop: the listener with the ledger's catch-up, deliveries tracked and drained
             listening = asyncio.create_task(
-                serve_listen(url, secret, ledger, pipeline, Notifier(None), liveness, log, stop, asyncio.Event())
+                serve_listen(url, secret, ledger, pipeline, Notifier(None), liveness, stop, asyncio.Event())
             )
             await asyncio.wait_for(subscribed.wait(), BOUND)
             print("ready", flush=True)

@@ -25,6 +25,11 @@ def test_the_demo_runs_one_hosted_run_and_shows_the_verdict(tmp_path: Path) -> N
     )
     assert done.returncode == 0, done.stderr
     assert "Verdict  Better" in done.stdout
+    lines = done.stdout.splitlines()
+    verdict_at = next(i for i, line in enumerate(lines) if line.startswith("Verdict"))
+    assert lines[verdict_at + 1].startswith(  # a stand-in "Better" never passes for a real one
+        "Stand-in run: the agent and the model door were stand-ins, so this “Better” says nothing"
+    )
     assert "overview" in done.stdout
     assert "stand-in" in done.stderr  # it says plainly that the door and agent are stand-ins
     assert "EVAL_RUNNER_CODER" in done.stderr  # and how to point the runner at real ones
@@ -37,3 +42,4 @@ def test_the_demo_runs_one_hosted_run_and_shows_the_verdict(tmp_path: Path) -> N
     report = Report.parse_bytes(Path(reports[0]).read_bytes())
     assert report.verdict.value == "pass"
     assert Path(html[0]).is_relative_to(state)
+    assert ":" not in Path(html[0]).parent.name

@@ -13,9 +13,9 @@ import pytest
 from eval_runner.contracts.answers import CancelResult
 from eval_runner.nostr import SecretKey
 from eval_runner.stand_ins.door import StandInDoor
-from tests.e2e.test_serve_restart import stalled
 from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
 from tests.support.serve_process import DOOR_KEY, free_port, runner_env, serving
+from tests.support.stalling_run import stalled
 from tests.support.trainer_side import Trainer
 
 

@@ -18,35 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from eval_runner.contracts.execution import ExecuteBody
 from eval_runner.contracts.outputs import RunOutput
 from eval_runner.contracts.strict_json import JsonValue
 from eval_runner.engine.run.leftovers import bridges
-from eval_runner.engine.testset.catalog import Catalog
-from eval_runner.nostr import Event, SecretKey
+from eval_runner.nostr import SecretKey
 from eval_runner.service.ledger.claims import key_name, key_of
 from eval_runner.service.serve import STOPPED, STOPPING
 from eval_runner.stand_ins.door import StandInDoor
-from tests.support.paths import EXAMPLE
 from tests.support.sandboxed_runs import BOUND_SECONDS, ends_within, fresh_temp_root, host_confinement
 from tests.support.serve_process import DOOR_KEY, ServeProcess, free_port, runner_env, serving
+from tests.support.stalling_run import definition, stalled, stalling_run
 from tests.support.trainer_side import Trainer, asking_case, catalog_tool, draft, example_case, run_input
-
-STALLS = """+++
-v = "openagents.eval-case.v1"
-kind = "should-not-fire"
-
-[run]
-allowed_operations = ["read"]
-deadline_seconds = {deadline}
-
-[run.env]
-OA_EVAL_FAKE = "wait"
-+++
-
-Say hello, then wait.
-"""
-STALLS_GRADER = '+++\ntype = "regex"\ntarget = "last_message"\n+++\n\nhello\n'
 
 
 @pytest.fixture
@@ -55,32 +37,9 @@ def temp_root() -> Iterator[Path]:
     yield from fresh_temp_root()
 
 
-def definition() -> dict[str, JsonValue]:
-    return Catalog.load([EXAMPLE]).tools[0].definition.to_json()
-
-
-def stalling_run(deadline: int = 300) -> dict[str, JsonValue]:
-    """The greeting (runs at once), then a case whose agent sleeps until stopped or its deadline."""
-    found = definition()
-    stalls: dict[str, JsonValue] = {
-        "id": "stalls",
-        "kind": "should-not-fire",
-        "prompt": STALLS.replace("{deadline}", str(deadline)),
-        "graders": [{"name": "hello", "text": STALLS_GRADER}],
-    }
-    return run_input(found, draft(catalog_tool(found), [example_case("greeting"), stalls]), runs=1)
-
-
 def refused_at_once() -> dict[str, JsonValue]:
     found = definition()
     return run_input(found, draft(catalog_tool(found), [asking_case("shell", ["read", "exec"])]))
-
-
-async def stalled(trainer: Trainer, deadline: int = 300) -> tuple[Event, ExecuteBody]:
-    """A stalling run sent, once the phone has seen the greeting's two runs finished (the stall has begun)."""
-    event, body = await trainer.run(stalling_run(deadline), f"req-stalled-{deadline}")
-    await trainer.progress(event, lambda notes: any(n.status == "running" and n.completed >= 2 for n in notes))
-    return event, body
 
 
 def files_under(directory: Path) -> set[str]:

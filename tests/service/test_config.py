@@ -22,8 +22,9 @@ from eval_runner.service.config import (
     Secret,
     admission_closed,
     key_file_location,
-    rust_debug,
+    quoted,
 )
+from tests.support.plain_words import assert_plain, rust_idioms
 
 DOOR_KEY = "door-key-7f3a9"
 BASE = {
@@ -154,14 +155,14 @@ def test_an_external_relay_reads_the_home_key_and_never_generates_it() -> None:
 MESSAGES: list[tuple[dict[str, str | None], str]] = [
     (
         {"EVAL_RUNNER_RELAY": "http://relay.example"},
-        'EVAL_RUNNER_RELAY must be a ws:// or wss:// URL, not "http://relay.example"',
+        "EVAL_RUNNER_RELAY must be a ws:// or wss:// URL, not 'http://relay.example'",
     ),
-    ({"EVAL_RUNNER_RELAY": "wss://"}, 'EVAL_RUNNER_RELAY must be a ws:// or wss:// URL, not "wss://"'),
-    ({"EVAL_RUNNER_RELAY": "ws://h:70000"}, 'EVAL_RUNNER_RELAY must be a ws:// or wss:// URL, not "ws://h:70000"'),
-    ({"EVAL_RUNNER_LISTEN": "7447"}, 'EVAL_RUNNER_LISTEN must be HOST:PORT, not "7447"'),
-    ({"EVAL_RUNNER_LISTEN": "localhost:70000"}, 'EVAL_RUNNER_LISTEN must be HOST:PORT, not "localhost:70000"'),
-    ({"EVAL_RUNNER_LISTEN": "::1:7447"}, 'EVAL_RUNNER_LISTEN must be HOST:PORT, not "::1:7447"'),
-    ({"EVAL_RUNNER_LISTEN": "[nope]:7447"}, 'EVAL_RUNNER_LISTEN must be HOST:PORT, not "[nope]:7447"'),
+    ({"EVAL_RUNNER_RELAY": "wss://"}, "EVAL_RUNNER_RELAY must be a ws:// or wss:// URL, not 'wss://'"),
+    ({"EVAL_RUNNER_RELAY": "ws://h:70000"}, "EVAL_RUNNER_RELAY must be a ws:// or wss:// URL, not 'ws://h:70000'"),
+    ({"EVAL_RUNNER_LISTEN": "7447"}, "EVAL_RUNNER_LISTEN must be HOST:PORT, not '7447'"),
+    ({"EVAL_RUNNER_LISTEN": "localhost:70000"}, "EVAL_RUNNER_LISTEN must be HOST:PORT, not 'localhost:70000'"),
+    ({"EVAL_RUNNER_LISTEN": "::1:7447"}, "EVAL_RUNNER_LISTEN must be HOST:PORT, not '::1:7447'"),
+    ({"EVAL_RUNNER_LISTEN": "[nope]:7447"}, "EVAL_RUNNER_LISTEN must be HOST:PORT, not '[nope]:7447'"),
     ({"EVAL_RUNNER_CATALOG": None}, "EVAL_RUNNER_CATALOG names no extension directory"),
     ({"EVAL_RUNNER_CATALOG": ":::"}, "EVAL_RUNNER_CATALOG names no extension directory"),
     ({"EVAL_RUNNER_CODER": None}, "EVAL_RUNNER_CODER is not set"),
@@ -169,7 +170,7 @@ MESSAGES: list[tuple[dict[str, str | None], str]] = [
     *[
         (
             change(name, text),
-            f'{name} is an emergency brake: leave it unset for no limit, or set a positive number, not "{text}"',
+            f"{name} is an emergency brake: leave it unset for no limit, or set a positive number, not '{text}'",
         )
         for name in ("EVAL_RUNNER_RUNS_PER_DAY", "EVAL_RUNNER_TURNS_PER_DAY")
         for text in ("0", "three", "-1", "1.5", "1_000", "+")
@@ -177,13 +178,13 @@ MESSAGES: list[tuple[dict[str, str | None], str]] = [
     (
         {"EVAL_RUNNER_RUNS_PER_DAY": "4294967296"},
         "EVAL_RUNNER_RUNS_PER_DAY is an emergency brake: leave it unset for no limit, or set a positive number, "
-        'not "4294967296"',
+        "not '4294967296'",
     ),
-    ({"EVAL_RUNNER_JOBS": "two"}, 'EVAL_RUNNER_JOBS must be a number, not "two"'),
-    ({"EVAL_RUNNER_JOBS": "-1"}, 'EVAL_RUNNER_JOBS must be a number, not "-1"'),
+    ({"EVAL_RUNNER_JOBS": "two"}, "EVAL_RUNNER_JOBS must be a number, not 'two'"),
+    ({"EVAL_RUNNER_JOBS": "-1"}, "EVAL_RUNNER_JOBS must be a number, not '-1'"),
     ({"EVAL_RUNNER_JOBS": "0"}, "EVAL_RUNNER_JOBS must be at least 1"),
-    ({"EVAL_RUNNER_JOBS": 'a"b\tc\\'}, 'EVAL_RUNNER_JOBS must be a number, not "a\\"b\\tc\\\\"'),
-    ({"EVAL_RUNNER_CONCURRENCY": "four"}, 'EVAL_RUNNER_CONCURRENCY must be a number, not "four"'),
+    ({"EVAL_RUNNER_JOBS": 'a"b\tc\\'}, "EVAL_RUNNER_JOBS must be a number, not 'a\"b\\tc\\\\'"),
+    ({"EVAL_RUNNER_CONCURRENCY": "four"}, "EVAL_RUNNER_CONCURRENCY must be a number, not 'four'"),
     ({"EVAL_RUNNER_CONCURRENCY": "0"}, "EVAL_RUNNER_CONCURRENCY must be from 1 to 8"),
     ({"EVAL_RUNNER_CONCURRENCY": "9"}, "EVAL_RUNNER_CONCURRENCY must be from 1 to 8"),
     ({"EVAL_RUNNER_BUCKET": "gs://b"}, "EVAL_RUNNER_BUCKET and EVAL_RUNNER_GCLOUD_CONFIG go together"),
@@ -198,9 +199,9 @@ MESSAGES: list[tuple[dict[str, str | None], str]] = [
     ),
     ({"EVAL_RUNNER_DEFAULTS_ROOT": "abc"}, "EVAL_RUNNER_DEFAULTS_ROOT must be a 64-hex public key"),
     ({"EVAL_RUNNER_DEFAULTS_ROOT": "g" * 64}, "EVAL_RUNNER_DEFAULTS_ROOT must be a 64-hex public key"),
-    ({"EVAL_RUNNER_PROBE_MS": "0"}, "EVAL_RUNNER_PROBE_MS is a positive number of milliseconds, not `0`"),
-    ({"EVAL_RUNNER_PROBE_MS": "30s"}, "EVAL_RUNNER_PROBE_MS is a positive number of milliseconds, not `30s`"),
-    ({"EVAL_RUNNER_RENEW_MS": "soon"}, "EVAL_RUNNER_RENEW_MS is a positive number of milliseconds, not `soon`"),
+    ({"EVAL_RUNNER_PROBE_MS": "0"}, "EVAL_RUNNER_PROBE_MS is a positive number of milliseconds, not '0'"),
+    ({"EVAL_RUNNER_PROBE_MS": "30s"}, "EVAL_RUNNER_PROBE_MS is a positive number of milliseconds, not '30s'"),
+    ({"EVAL_RUNNER_RENEW_MS": "soon"}, "EVAL_RUNNER_RENEW_MS is a positive number of milliseconds, not 'soon'"),
 ]
 
 
@@ -246,7 +247,7 @@ def test_the_first_failure_in_order_wins(first: int) -> None:
     [
         ({"EVAL_RUNNER_CONCURRENCY": "9", "EVAL_RUNNER_JOBS": "0"}, "EVAL_RUNNER_CONCURRENCY must be from 1 to 8"),
         ({"EVAL_RUNNER_JOBS": "0", "EVAL_RUNNER_BUCKET": "gs://b"}, "EVAL_RUNNER_JOBS must be at least 1"),
-        ({"EVAL_RUNNER_LISTEN": "bad", "EVAL_RUNNER_CATALOG": None}, 'EVAL_RUNNER_LISTEN must be HOST:PORT, not "bad"'),
+        ({"EVAL_RUNNER_LISTEN": "bad", "EVAL_RUNNER_CATALOG": None}, "EVAL_RUNNER_LISTEN must be HOST:PORT, not 'bad'"),
         (
             {"EVAL_RUNNER_BUCKET": "s3://b", "EVAL_RUNNER_GCLOUD_CONFIG": "/g"},
             "EVAL_RUNNER_BUCKET needs EVAL_RUNNER_BLOSSOM, its public read base",
@@ -360,9 +361,87 @@ def test_the_closed_file_closes_admission_at_once(tmp_path: Path) -> None:
     assert not config.admission_closed()
 
 
-def test_values_are_quoted_as_the_reference_quotes_them() -> None:
-    assert rust_debug("plain") == '"plain"'
-    assert rust_debug('q"\\') == '"q\\"\\\\"'
-    assert rust_debug("a\nb\rc\td\0") == '"a\\nb\\rc\\td\\0"'
-    assert rust_debug("\x1b[0m") == '"\\u{1b}[0m"'
-    assert rust_debug("it's é") == '"it\'s é"'
+def test_values_are_quoted_as_python_shows_them() -> None:
+    assert quoted("plain") == "'plain'"
+    assert quoted("a\nb\rc\td\0") == "'a\\nb\\rc\\td\\x00'"
+    assert quoted("\x1b[0m") == "'\\x1b[0m'"
+    assert quoted("it's é") == '"it\'s é"'
+
+
+# --- every problem at once (`check`) -------------------------------------------------------------------
+
+
+def problems(environ: dict[str, str]) -> tuple[str, ...]:
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env(environ)
+    return caught.value.problems
+
+
+def test_every_problem_is_listed_in_order_and_the_first_is_the_message() -> None:
+    found = problems(
+        env(
+            EVAL_RUNNER_RELAY="http://x",
+            EVAL_RUNNER_CATALOG=None,
+            EVAL_RUNNER_CODER=None,
+            CODER_DOOR_KEY=None,
+            EVAL_RUNNER_RUNS_PER_DAY="0",
+            EVAL_RUNNER_TURNS_PER_DAY="lots",
+            EVAL_RUNNER_JOBS="0",
+            EVAL_RUNNER_CONCURRENCY="9",
+            EVAL_RUNNER_RUN_DISK_MB="big",
+            EVAL_RUNNER_DISK_FLOOR_MB="-1",
+            EVAL_RUNNER_BUCKET="s3://b",
+            EVAL_RUNNER_GCLOUD_CONFIG="/g",
+            EVAL_RUNNER_DEFAULTS_ROOT="x",
+            EVAL_RUNNER_PROBE_MS="0",
+            EVAL_RUNNER_RENEW_MS="soon",
+        )
+    )
+    brake = "is an emergency brake: leave it unset for no limit, or set a positive number, not"
+    assert found == (
+        "EVAL_RUNNER_RELAY must be a ws:// or wss:// URL, not 'http://x'",
+        "EVAL_RUNNER_CATALOG names no extension directory",
+        "EVAL_RUNNER_CODER is not set",
+        "no door key: set CODER_DOOR_KEY or CODER_AI_GATEWAY_KEY",
+        f"EVAL_RUNNER_RUNS_PER_DAY {brake} '0'",
+        f"EVAL_RUNNER_TURNS_PER_DAY {brake} 'lots'",
+        "EVAL_RUNNER_CONCURRENCY must be from 1 to 8",
+        "EVAL_RUNNER_JOBS must be at least 1",
+        "EVAL_RUNNER_RUN_DISK_MB must be a number, not 'big'",
+        "EVAL_RUNNER_DISK_FLOOR_MB must be a number, not '-1'",
+        "EVAL_RUNNER_BUCKET needs EVAL_RUNNER_BLOSSOM, its public read base",
+        "s3://b is not a gs:// bucket",
+        "EVAL_RUNNER_DEFAULTS_ROOT must be a 64-hex public key",
+        "EVAL_RUNNER_PROBE_MS is a positive number of milliseconds, not '0'",
+        "EVAL_RUNNER_RENEW_MS is a positive number of milliseconds, not 'soon'",
+    )
+    assert refused(env(EVAL_RUNNER_RELAY="http://x", EVAL_RUNNER_CODER=None)) == found[0]
+
+
+@pytest.mark.parametrize(("changes", "message"), MESSAGES)
+def test_each_message_is_the_only_problem_when_it_is_the_only_mistake(
+    changes: dict[str, str | None], message: str
+) -> None:
+    assert problems(env(**changes)) == (message,)
+
+
+def test_a_number_that_does_not_parse_is_not_also_out_of_range() -> None:
+    assert problems(env(EVAL_RUNNER_CONCURRENCY="x", EVAL_RUNNER_JOBS="y")) == (
+        "EVAL_RUNNER_JOBS must be a number, not 'y'",
+        "EVAL_RUNNER_CONCURRENCY must be a number, not 'x'",
+    )
+
+
+@pytest.mark.parametrize(("changes", "message"), MESSAGES)
+def test_no_message_has_a_rust_idiom(changes: dict[str, str | None], message: str) -> None:
+    assert_plain(refused(env(**changes)))
+
+
+def test_the_idiom_check_sees_what_the_reference_printed() -> None:
+    """The check above could fail: each of the reference's spellings is caught."""
+    assert rust_idioms('EVAL_RUNNER_JOBS must be a number, not "a\\"b"') == ["{:?}-style quoting"]
+    assert rust_idioms('not "\\u{1b}[0m"') == ["{:?}-style quoting"]
+    assert rust_idioms("the runner key /k: No such file or directory (os error 2)") == ["an I/O error's (os error N)"]
+    assert rust_idioms("finished k: 2 of 2 with the tool, Some(1) without, pass") == ["an Option printed as Some(...)"]
+    assert rust_idioms("finished k: 2 of 2 with the tool, None without, pass") == ["an Option printed as None"]
+    assert rust_idioms("EVAL_RUNNER_JOBS must be a number, not 'a\"b\\tc'") == []

@@ -32,6 +32,7 @@ from eval_runner.nostr import SecretKey
 from eval_runner.service.config import Config
 from eval_runner.service.ledger.store import Claim, Ledger, ledger_path
 from eval_runner.service.serve import ServeError, sandbox_text
+from tests.support.captured_logs import LogLines
 from tests.support.paths import EXAMPLE
 from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
 from tests.support.serve_process import (
@@ -106,7 +107,7 @@ async def test_with_an_external_relay_the_key_file_must_exist(tmp_path: Path, te
     missing = tmp_path / "home" / ".openagents" / "nostr" / "eval-runner-key"
     process = await ServeProcess.start(env)
     assert await process.exit_code() == 1
-    assert process.lines == [f"eval-runner: the runner key {missing}: No such file or directory (os error 2)"]
+    assert process.lines == [f"eval-runner: the runner key {missing}: No such file or directory"]
     assert not missing.exists(), "a key is never generated for an external relay"
     assert not (tmp_path / "state").exists(), "nothing is made before the runner can start"
 
@@ -242,12 +243,12 @@ def test_the_service_commands_take_their_arguments_as_the_reference_does(tmp_pat
     path = tmp_path / ".openagents" / "eval-runner" / "runner-key"
     assert (missing.returncode, missing.stderr) == (
         1,
-        f"eval-runner: the runner key {path}: No such file or directory (os error 2)\n",
+        f"eval-runner: the runner key {path}: No such file or directory\n",
     )
 
 
 async def test_an_unconfined_host_starts_nothing(
-    tmp_path: Path, temp_root: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, temp_root: Path, monkeypatch: pytest.MonkeyPatch, logs: LogLines
 ) -> None:
     """The host's sandbox backend is outside our control, so its verdict is stood in for here."""
 
@@ -257,11 +258,10 @@ async def test_an_unconfined_host_starts_nothing(
     monkeypatch.setattr(serve_module, "probe", stand_in_unconfined)
     monkeypatch.setattr(check_module, "probe", stand_in_unconfined)
     config = Config.from_env(env_for(tmp_path, temp_root))
-    said: list[str] = []
     with pytest.raises(ServeError) as raised:
-        await serve_module.serve(config, log=said.append, stop=asyncio.Event())
+        await serve_module.serve(config, stop=asyncio.Event())
     assert str(raised.value) == "unconfined_host: bubblewrap is inoperable: no user namespaces"
-    assert said == []
+    assert logs.lines == []
     assert not (tmp_path / "state").exists(), "no key, ledger or relay before the host is proven"
     with pytest.raises(ServeError, match=r"^unconfined_host: bubblewrap is inoperable"):
         await asyncio.to_thread(check_module.check, config)

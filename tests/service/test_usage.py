@@ -4,6 +4,7 @@ the stats and the table, and appends from threads and processes that never inter
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -20,7 +21,9 @@ from eval_runner.service.usage import (
     Row,
     UsageError,
     UsageLog,
+    UsageRead,
     arrival_time,
+    date_problem,
     is_date,
     parse_record,
     read,
@@ -152,10 +155,13 @@ def test_unreadable_lines_are_counted_and_blank_lines_skipped(tmp_path: Path) ->
     assert (len(found.records), found.unreadable) == (2, 3)
 
 
-def test_a_directory_that_cannot_be_read(tmp_path: Path) -> None:
+def test_a_directory_not_made_yet_is_no_log_and_one_that_cannot_be_read_is_an_error(tmp_path: Path) -> None:
+    assert read(tmp_path / "absent") == UsageRead((), 0, 0)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
     with pytest.raises(UsageError) as caught:
-        read(tmp_path / "absent")
-    assert str(caught.value) == f"{tmp_path / 'absent'}: No such file or directory (os error 2)"
+        read(blocker)
+    assert str(caught.value) == f"{blocker}: Not a directory"
 
 
 @pytest.mark.parametrize(
@@ -316,24 +322,34 @@ def test_json_rows() -> None:
     assert json.loads(rows_json(stats([], By.DAY)))[0]["total_p50_ms"] is None
 
 
-def test_is_date_is_by_shape() -> None:
+def test_is_date_is_by_shape_and_by_the_calendar() -> None:
     assert is_date("2026-10-01")
-    assert is_date("9999-99-99")
+    assert is_date("2028-02-29")
     for text in ("2026-1-01", "2026/10/01", "2026-10-01 ", "２０２６-10-01", "", "yesterday"):
         assert not is_date(text)
+        assert date_problem(text) == f"{text} is not a YYYY-MM-DD date"
+    for text, why in (
+        ("9999-99-99", "month must be in 1..12"),
+        ("2026-13-01", "month must be in 1..12"),
+        ("2026-02-29", "day is out of range for month"),
+        ("2026-04-31", "day is out of range for month"),
+        ("0000-01-01", "year 0 is out of range"),
+    ):
+        assert not is_date(text)
+        assert date_problem(text) == f"{text} is not a date on the calendar: {why}"
 
 
 # --- writing: failures and concurrency ----------------------------------------------------------------
 
 
-def test_a_write_failure_only_logs(tmp_path: Path) -> None:
+def test_a_write_failure_only_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    lines: list[str] = []
-    assert not UsageLog(blocker / "usage").keep(job("a", DAY_ONE, "run", "completed", 1), lines.append)
-    assert lines == [f"usage log: {blocker / 'usage'}: Not a directory (os error 20)"]
-    assert UsageLog(tmp_path / "ok").keep(job("a", DAY_ONE, "run", "completed", 1), lines.append)
-    assert len(lines) == 1
+    caplog.set_level(logging.INFO, logger="eval_runner")
+    assert not UsageLog(blocker / "usage").keep(job("a", DAY_ONE, "run", "completed", 1))
+    assert caplog.messages == [f"usage log: {blocker / 'usage'}: Not a directory"]
+    assert UsageLog(tmp_path / "ok").keep(job("a", DAY_ONE, "run", "completed", 1))
+    assert len(caplog.messages) == 1
 
 
 def test_concurrent_appends_from_threads_never_interleave(tmp_path: Path) -> None:

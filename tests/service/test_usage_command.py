@@ -96,6 +96,8 @@ def test_unreadable_lines_are_reported_on_stderr(usage_dir: Path) -> None:
     [
         (["--since", "yesterday"], "yesterday is not a YYYY-MM-DD date"),
         (["--since", "2026-1-01"], "2026-1-01 is not a YYYY-MM-DD date"),
+        (["--since", "2026-13-01"], "2026-13-01 is not a date on the calendar: month must be in 1..12"),
+        (["--since", "2026-02-30"], "2026-02-30 is not a date on the calendar: day is out of range for month"),
         (["--by", "color"], "--by is key, action, subject, day, or outcome, not color"),
         (["--since"], "--since needs a value"),
         (["--by"], "--by needs a value"),
@@ -110,6 +112,49 @@ def test_errors_exit_one_with_the_message(argv: list[str], message: str) -> None
     assert run(argv, {"EVAL_RUNNER_STATE": "/nonexistent"}) == (1, "", f"eval-runner: {message}\n")
 
 
+def test_an_impossible_since_is_refused_even_with_a_log_to_read(usage_dir: Path) -> None:
+    assert run(["--since", "2026-10-32", "--dir", str(usage_dir)]) == (
+        1,
+        "",
+        "eval-runner: 2026-10-32 is not a date on the calendar: day is out of range for month\n",
+    )
+
+
 def test_an_unreadable_directory_exits_one(tmp_path: Path) -> None:
-    missing = tmp_path / "none"
-    assert run(["--dir", str(missing)]) == (1, "", f"eval-runner: {missing}: No such file or directory (os error 2)\n")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert run(["--dir", str(blocker)]) == (1, "", f"eval-runner: {blocker}: Not a directory\n")
+
+
+@pytest.mark.parametrize("made", [False, True])
+def test_with_no_log_yet_it_says_there_is_no_usage_yet(tmp_path: Path, made: bool) -> None:
+    """Before the runner has answered anything there is no usage directory (or an empty one): not an error,
+    and not a table of zeros."""
+    directory = tmp_path / "state" / "usage"
+    if made:
+        directory.mkdir(parents=True)
+        (directory / "notes.txt").write_text("not a day file")
+    environ = {"EVAL_RUNNER_STATE": str(tmp_path / "state")}
+    said = f"no usage yet: {directory} holds no usage log\n"
+    assert run([], environ) == (0, said, "")
+    assert run(["--by", "key", "--since", "2026-10-01"], environ) == (0, said, "")
+    code, out, err = run(["--json"], environ)
+    assert (code, err) == (0, "")
+    assert json.loads(out) == [
+        {
+            "group": "all",
+            "jobs": 0,
+            "completed": 0,
+            "failed": 0,
+            "refused": 0,
+            "keys": 0,
+            "turns": 0,
+            "total_p50_ms": None,
+        }
+    ]
+
+
+def test_a_log_with_nothing_since_the_date_still_shows_the_table(usage_dir: Path) -> None:
+    code, out, _ = run(["--since", "2027-01-01", "--dir", str(usage_dir)])
+    assert code == 0
+    assert out.splitlines()[-1].split() == ["all", "0", "0", "0", "0", "0", "0", "-"]

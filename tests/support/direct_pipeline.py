@@ -29,9 +29,10 @@ from eval_runner.nostr import Event, SecretKey
 from eval_runner.service.config import Config
 from eval_runner.service.ledger.store import Ledger, ledger_path
 from eval_runner.service.requests.pipeline import Pipeline
+from tests.support.captured_logs import LogLines, captured_logs
 from tests.support.paths import EXAMPLE
 from tests.support.stand_in_publisher import StandInPublisher
-from tests.support.stand_in_relay import BOUND, Recorder
+from tests.support.stand_in_relay import BOUND
 from tests.support.stand_in_suite import StandInSuiteRunner
 
 DOOR_KEY = "sk-door-2f9c1e7b5a3d48e6b0c4f1a9d7e2c3b8"
@@ -66,7 +67,8 @@ class DirectPipeline:
             }
         )
         self.catalog = Catalog.load(self.config.catalog)
-        self.logs = Recorder()
+        self._capturing = captured_logs()
+        self.logs: LogLines = self._capturing.__enter__()
         self.publisher = StandInPublisher()
         self.suite = StandInSuiteRunner()
         self._loop = asyncio.Runner()
@@ -74,17 +76,15 @@ class DirectPipeline:
         self.pipeline = self.run(self._build())
 
     async def _build(self) -> Pipeline:
-        pipeline = Pipeline.from_config(
+        return Pipeline.from_config(
             self.config,
             secret=self.secret,
             ledger=self.ledger,
             catalog=self.catalog,
             suite_runner=self.suite,
             publisher=self.publisher,
-            log=self.logs,
+            clock=lambda: float(self.now),
         )
-        pipeline.clock = lambda: float(self.now)
-        return pipeline
 
     def __enter__(self) -> DirectPipeline:
         return self
@@ -98,6 +98,7 @@ class DirectPipeline:
         finally:
             self.ledger.close()
             self._loop.close()
+            self._capturing.__exit__(None, None, None)
 
     def run(self, work: Coroutine[Any, Any, T]) -> T:
         """Run `work` on the pipeline's loop, bounded."""
@@ -116,7 +117,7 @@ class DirectPipeline:
 
     @property
     def log_text(self) -> str:
-        return "\n".join(self.logs.lines)
+        return self.logs.text
 
     def secrets(self) -> tuple[str, ...]:
         """What must never appear in a log line: the runner's secret key, both spellings, and the door key."""

@@ -28,8 +28,9 @@ from eval_runner.service.requests.admission import Admission
 from eval_runner.service.requests.pipeline import Pipeline
 from eval_runner.service.requests.quota import Quota
 from eval_runner.service.usage import Record, UsageLog, read
+from tests.support.captured_logs import LogLines, captured_logs
 from tests.support.paths import EXAMPLE
-from tests.support.stand_in_relay import BOUND, Recorder, local_relay
+from tests.support.stand_in_relay import BOUND, local_relay
 from tests.support.stand_in_suite import StandInSuiteRunner
 
 
@@ -54,7 +55,7 @@ class Service:
     ledger: Ledger
     suite: StandInSuiteRunner
     catalog: Catalog
-    logs: Recorder
+    logs: LogLines
     state: Path
     temp_root: Path
 
@@ -93,38 +94,43 @@ async def hosted_service(
     temp_root.mkdir(exist_ok=True)
     secret = secret if secret is not None else SecretKey.generate()
     runner = secret.public_key().to_hex()
-    logs = Recorder()
     limits = limits if limits is not None else Limits()
     catalog = Catalog.load([EXAMPLE])
     suite = StandInSuiteRunner(mode)
-    async with local_relay() as url, Publisher(url, secret, challenge_wait=0.05, log=logs) as publisher:
-        with Ledger.open(ledger_path(state), runner, int(time.time())) as ledger:
-            pipeline = Pipeline(
-                secret=secret,
-                ledger=ledger,
-                admission=Admission(runner=runner, catalog=catalog, state=state, temp_root=temp_root, log=logs),
-                suite_runner=suite,
-                publisher=StandInRefusingRelay(publisher, refuse_kinds) if refuse_kinds else publisher,
-                quota=Quota(state / "quota.json", log=logs),
-                usage=UsageLog(state / "usage"),
-                limits=limits,
-                log=logs,
-            )
-            listener = RelayListener(
-                url,
-                secret,
-                deliver=pipeline.handle,
-                since=lambda: int(time.time()) - 3600,
-                log=logs,
-                challenge_wait=0.05,
-            )
-            listening = asyncio.create_task(listener.run_forever())
-            try:
-                await logs.wait_for(SUBSCRIBED)
-                yield Service(url, secret, pipeline, ledger, suite, catalog, logs, state, temp_root)
-                suite.release()
-                await asyncio.wait_for(pipeline.wait_idle(), BOUND)
-            finally:
-                listener.stop()
-                await asyncio.wait_for(listening, BOUND)
-                await pipeline.aclose()
+    with captured_logs() as logs:
+        async with local_relay() as url, Publisher(url, secret, challenge_wait=0.05) as publisher:
+            with Ledger.open(ledger_path(state), runner, int(time.time())) as ledger:
+                pipeline = Pipeline(
+                    secret=secret,
+                    ledger=ledger,
+                    admission=Admission(runner=runner, catalog=catalog, state=state, temp_root=temp_root),
+                    suite_runner=suite,
+                    publisher=StandInRefusingRelay(publisher, refuse_kinds) if refuse_kinds else publisher,
+                    quota=Quota(state / "quota.json"),
+                    usage=UsageLog(state / "usage"),
+                    limits=limits,
+                )
+                async with _listening(url, secret, pipeline, logs):
+                    yield Service(url, secret, pipeline, ledger, suite, catalog, logs, state, temp_root)
+                    suite.release()
+                    await asyncio.wait_for(pipeline.wait_idle(), BOUND)
+
+
+@asynccontextmanager
+async def _listening(url: str, secret: SecretKey, pipeline: Pipeline, logs: LogLines) -> AsyncIterator[None]:
+    """The pipeline behind a requests listener whose `since` reaches an hour back, once it has subscribed."""
+    listener = RelayListener(
+        url,
+        secret,
+        deliver=pipeline.handle,
+        since=lambda: int(time.time()) - 3600,
+        challenge_wait=0.05,
+    )
+    listening = asyncio.create_task(listener.run_forever())
+    try:
+        await logs.wait_for(SUBSCRIBED)
+        yield
+    finally:
+        listener.stop()
+        await asyncio.wait_for(listening, BOUND)
+        await pipeline.aclose()

@@ -1,4 +1,5 @@
-"""A `RelayListener` running its reconnect loop for a test, with everything it does recorded.
+"""A `RelayListener` running its reconnect loop for a test, with everything it does recorded (its log lines
+through `captured_logs`).
 
 The back-off sleep is injected: it records the delay and returns at once (or stops the loop after a
 given number), so reconnects happen without waiting and the delays can be asserted.
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 from eval_runner.nostr import SecretKey
 from eval_runner.service.relay.liveness import Ended, Liveness, RelayListener
 from eval_runner.service.relay.notify import Notifier
-from tests.support.stand_in_relay import BOUND, Deliveries, Recorder, StandInConnection, StandInRelay
+from tests.support.captured_logs import LogLines, captured_logs
+from tests.support.stand_in_relay import BOUND, Deliveries, StandInConnection, StandInRelay
 
 SINCE = 1_700_000_000
 
@@ -23,7 +25,7 @@ SINCE = 1_700_000_000
 class Run:
     listener: RelayListener
     runner: str
-    logs: Recorder = field(default_factory=Recorder)
+    logs: LogLines = field(default_factory=LogLines)
     deliveries: Deliveries = field(default_factory=Deliveries)
     ends: list[Ended] = field(default_factory=list)
     sleeps: list[float] = field(default_factory=list)
@@ -41,7 +43,7 @@ async def listening(
 ) -> AsyncIterator[Run]:
     """A listener in its reconnect loop; the back-off sleep is recorded and returns at once."""
     secret = SecretKey.generate()
-    logs, deliveries = Recorder(), Deliveries()
+    deliveries = Deliveries()
     ends: list[Ended] = []
     sleeps: list[float] = []
     since = [SINCE]
@@ -56,19 +58,19 @@ async def listening(
         secret,
         deliver=deliveries,
         since=lambda: since[0],
-        log=logs,
         notifier=notifier,
         liveness=Liveness(probe=probe, renew=renew),
         sleep=sleep,
         on_end=ends.append,
     )
-    run = Run(listener, secret.public_key().to_hex(), logs, deliveries, ends, sleeps, since)
-    task = asyncio.create_task(listener.run_forever())
-    try:
-        yield run
-    finally:
-        listener.stop()
-        await asyncio.wait_for(task, BOUND)
+    with captured_logs() as logs:
+        run = Run(listener, secret.public_key().to_hex(), logs, deliveries, ends, sleeps, since)
+        task = asyncio.create_task(listener.run_forever())
+        try:
+            yield run
+        finally:
+            listener.stop()
+            await asyncio.wait_for(task, BOUND)
 
 
 async def subscribe(relay: StandInRelay, run: Run, *, answer_probes: bool = False) -> StandInConnection:

@@ -1,4 +1,4 @@
-"""A stand-in relay the test drives frame by frame, and recorders to await what the runner did.
+"""A stand-in relay the test drives frame by frame, and a recorder to await what the listener delivered.
 
 `StandInRelay` is a websockets server in the test process. Each connection the runner opens is
 queued for the test (`accept`); by default it is challenged at once (`["AUTH", <challenge>]`) as
@@ -192,27 +192,6 @@ class StandInRelay(LoopbackRelayServer):
             await connection.send(["AUTH", connection.challenge])
         self._incoming.put_nowait(connection)
         await connection._read()
-
-
-class Recorder:
-    """Collects log lines (or anything with text) and lets a test await one containing a fragment."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self._grew = asyncio.Event()
-
-    def __call__(self, line: str) -> None:
-        self.lines.append(line)
-        self._grew.set()
-
-    async def wait_for(self, fragment: str, count: int = 1) -> str:
-        async with asyncio.timeout(BOUND):
-            while True:
-                found = [line for line in self.lines if fragment in line]
-                if len(found) >= count:
-                    return found[count - 1]
-                self._grew.clear()
-                await self._grew.wait()
 
 
 class Deliveries:

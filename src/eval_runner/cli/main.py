@@ -37,6 +37,7 @@ from eval_runner.local_eval import (
     run_blocking,
     run_local,
 )
+from eval_runner.logs import lines_to_stream
 from eval_runner.service.check import check_main
 from eval_runner.service.keyfile import pubkey_main
 from eval_runner.service.serve import serve_main
@@ -230,7 +231,8 @@ def _service_command(commands: Commands, name: str, summary: str, main: ServiceM
         if args.arguments in (["-h"], ["--help"]):
             parser.print_help()
             return 0
-        return int(main(list(args.arguments), stdout=sys.stdout, stderr=sys.stderr, environ=os.environ))
+        with lines_to_stream(sys.stderr):  # the service's log lines: one each on stderr (eval_runner.logs)
+            return int(main(list(args.arguments), stdout=sys.stdout, stderr=sys.stderr, environ=os.environ))
 
     parser.set_defaults(handler=run)
 

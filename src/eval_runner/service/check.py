@@ -1,38 +1,15 @@
 """`eval-runner check`: validate the configuration and print what `serve` would run (runner.md §3.2).
 
-It runs nothing and changes nothing. The reference's `check` builds the whole runner, which opens the
-state directory and rewrites its ledger, marking interrupted claims unknown (a bug: a check run beside a
-live runner would settle that runner's claims under it). Ours is read-only: it never opens the ledger,
-the embedded relay's store, the quota or the usage log; it reads the configuration, the runner key (never
-generating one), the catalog and the agent binary, and looks whether the admission switch is there. The
-confinement probe needs one sandbox, whose scratch directory is made under the temp root and removed;
-nothing under the state directory is touched.
-
-Output (stdout), labels padded as the reference pads them:
-
-    runner   <pubkey>
-    warning  the app sends to <hosted runner key>; this key is another        (only when it is another)
-    relay    <relay url>           (embedded: `embedded at ws://HOST:PORT`)
-    blobs    <gs:// bucket, else EVAL_RUNNER_BLOSSOM, else the relay url>
-    door     default/<model>
-    decision <door → door → …>  or  decision none
-    agent    <EVAL_RUNNER_CODER> (<sha256 digest>)
-    sandbox  <backend; seccomp filter; who counts memory>
-    catalog  <tool name> <definition id>      (one line per catalog tool)
-    limits   <limits line>
-    disk     <disk line>
-    usage    <state>/usage
-    admission open  |  admission closed (remove the closed file to open it)
-
-With the embedded relay and no key generated yet, the `runner` line says so
-(`runner   none yet: serve generates <path>`) and there is no warning line: `serve` would start.
+It runs nothing and changes nothing (never the ledger, the relay's store, the quota or the usage log: a check
+beside a live runner must not settle that runner's claims), and it names every problem it finds, not only the
+first, so one run of `check` is enough to fix a configuration.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from eval_runner.contracts.hosted import RUNNER
@@ -44,6 +21,16 @@ from eval_runner.service.keyfile import KeyFileError, load_key
 from eval_runner.service.serve import ServeError, agent_digest, load_catalog, sandbox_text
 
 CLOSED_HINT = "admission closed (remove the closed file to open it)"
+
+
+class CheckError(ServeError):
+    """What would stop `serve`: every problem found, in the order `serve` meets them; `str()` is the first."""
+
+    problems: tuple[str, ...]
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__(problems[0])
+        self.problems = tuple(problems)
 
 
 def runner_lines(config: Config) -> list[str]:
@@ -87,23 +74,42 @@ def check_lines(config: Config, catalog: Catalog, digest: str, confinement: Conf
 
 
 def check(config: Config) -> list[str]:
-    """The lines `check` prints, or `ServeError` (`unconfined_host: …`, a key, catalog or agent error)."""
+    """The lines `check` prints, or `CheckError` naming every problem: the host cannot confine
+    (`unconfined_host: …`), the runner key, the catalog, the agent."""
+    problems: list[str] = []
     confinement = asyncio.run(probe(config.temp_root))
     if isinstance(confinement, Unconfined):
-        raise ServeError(f"unconfined_host: {confinement.reason}")
-    lines = runner_lines(config)
-    catalog = load_catalog(config)
-    return lines + check_lines(config, catalog, agent_digest(config.coder), confinement)
+        problems.append(f"unconfined_host: {confinement.reason}")
+    lines: list[str] = []
+    catalog: Catalog | None = None
+    digest = ""
+    try:
+        lines = runner_lines(config)
+    except ServeError as error:
+        problems.append(str(error))
+    try:
+        catalog = load_catalog(config)
+    except ServeError as error:
+        problems.append(str(error))
+    try:
+        digest = agent_digest(config.coder)
+    except ServeError as error:
+        problems.append(str(error))
+    if problems:
+        raise CheckError(problems)
+    assert catalog is not None
+    assert not isinstance(confinement, Unconfined)
+    return lines + check_lines(config, catalog, digest, confinement)
 
 
 def check_main(argv: list[str], *, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
-    """`eval-runner check`: the lines on stdout and 0, or `eval-runner: <error>` on stderr and 1.
-    Arguments are ignored, as the reference ignores them."""
+    """`eval-runner check`: the lines on stdout and 0, or one `eval-runner: <problem>` line on stderr per
+    problem and 1. Arguments are ignored, as the reference ignores them."""
     del argv
     try:
         lines = check(Config.from_env(environ))
-    except (ConfigError, ServeError) as error:
-        stderr.write(f"eval-runner: {error}\n")
+    except (ConfigError, CheckError) as error:
+        stderr.write("".join(f"eval-runner: {problem}\n" for problem in error.problems))
         return 1
     stdout.write("".join(line + "\n" for line in lines))
     return 0

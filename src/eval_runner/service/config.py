@@ -1,31 +1,9 @@
-"""The runner's configuration, read once from its environment (runner.md §2).
+"""The runner's configuration, read once from its environment (runner.md §2) into a typed `Config`.
 
-Every other part of the service takes a typed `Config` instead of reading `os.environ`, so the variable
-names, defaults, validation messages and the order they are checked in (an operator reads the first
-failure in the journal as `eval-runner: <message>`) live here and nowhere else, and a test builds a
-configuration from a plain dict.
-
-Values are read trimmed (Unicode white space, as the reference's `str::trim`) and an empty value counts as
-unset. Keys (the chat door's, Jev's doors') are held as `Secret`, which never prints; the runner's own
-secret key is not read here at all, only the path of its file (`keyfile.py` loads it).
-
-Decisions where the spec is silent or the issue differs from the reference:
-
-- With `EVAL_RUNNER_RELAY` unset the runner serves an embedded relay on `EVAL_RUNNER_LISTEN` (default
-  `127.0.0.1:7447`; port 0 allowed, for tests) instead of joining the public relay. A set relay must be a
-  ws:// or wss:// URL. Both messages are ours, in the reference's shape.
-- The key file (`key_file_location`): `EVAL_RUNNER_KEY_FILE` when set, never generated (a mistyped path
-  must not mint a new identity); else with an external relay `$HOME/.openagents/nostr/eval-runner-key`,
-  which must exist; else `<state>/runner-key`, generated on first start. `pubkey` reads the same place.
-- `EVAL_RUNNER_QUESTIONS` is optional. A catalog of empty parts only (`:`) is refused like a missing one.
-- Numbers parse as the reference's `str::parse::<uN>` (optional `+`, ASCII digits, u32/u64 bounds);
-  values are quoted as Rust's `{:?}`. The bucket's three checks run here in the reference's order (pair,
-  base, `gs://`); `EVAL_RUNNER_PROBE_MS`/`RENEW_MS` come last, as the reference reads them after the rest,
-  and like every variable an empty value is unset (the reference refuses an empty period).
-- `defaults_root` None means the coder-defaults package record's own root; a given one is kept lowercase.
-- The decision pin names each door by kind, URL and key; decision URLs and model names belong to the
-  engine's Jev doors.
-- The admission switch is the name `closed` being present (a dangling symlink closes too).
+Every other part of the service takes a `Config` instead of reading `os.environ`, so variable names,
+defaults and messages live here alone, and a test builds a configuration from a plain dict. Reading
+collects every problem it meets (`ConfigError.problems`, in runner.md §2.1's order) so `check` can name
+them all at once. Keys are held as `Secret`, which never prints.
 """
 
 from __future__ import annotations
@@ -34,7 +12,6 @@ import hmac
 import ipaddress
 import os
 import re
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -74,23 +51,30 @@ STATE_KEY_FILE: Final = "runner-key"
 HOME_STATE: Final = Path(".openagents/eval-runner")
 HOME_DEFAULTS_DOCS: Final = Path(".openagents/coder-defaults/documents")
 
-_UNSIGNED: Final = re.compile(r"\+?[0-9]+")  # what Rust's `str::parse::<uN>` accepts
+_UNSIGNED: Final = re.compile(r"\+?[0-9]+")  # an optional plus, then ASCII digits only
 _HEX64: Final = re.compile(r"[0-9a-fA-F]{64}")
 _U32: Final = 2**32
 _U64: Final = 2**64
 
 
 class ConfigError(EvalRunnerError):
-    """The first variable that is missing or wrong. `str()` is exactly the operator's message."""
+    """The variables that are missing or wrong. `problems` are their messages in runner.md §2.1's order;
+    `str()` is the first (the one `serve` would have stopped at)."""
 
-    message: str
+    problems: tuple[str, ...]
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, *problems: str) -> None:
+        if not problems:
+            raise ValueError("a configuration error names at least one problem")
+        super().__init__(problems[0])
+        self.problems = problems
+
+    @property
+    def message(self) -> str:
+        return self.problems[0]
 
     def __str__(self) -> str:
-        return self.message
+        return self.problems[0]
 
 
 class Secret:
@@ -124,39 +108,10 @@ class Secret:
 
 
 def os_error_text(error: OSError) -> str:
-    """An I/O error as the reference prints one: `No such file or directory (os error 2)`."""
+    """An I/O error as a person reads it: the system's description (`No such file or directory`)."""
     if error.errno is not None:
-        return f"{os.strerror(error.errno)} (os error {error.errno})"
+        return os.strerror(error.errno)
     return str(error)
-
-
-def rust_debug(text: str) -> str:
-    """`text` quoted as Rust's `{:?}` writes a string (the reference's messages quote values so)."""
-    out = ['"']
-    for char in text:
-        if char in '"\\':
-            out.append("\\" + char)
-        elif char == "\t":
-            out.append("\\t")
-        elif char == "\n":
-            out.append("\\n")
-        elif char == "\r":
-            out.append("\\r")
-        elif char == "\0":
-            out.append("\\0")
-        elif _printable(char):
-            out.append(char)
-        else:
-            out.append(f"\\u{{{ord(char):x}}}")
-    out.append('"')
-    return "".join(out)
-
-
-def _printable(char: str) -> bool:
-    category = unicodedata.category(char)
-    if category[0] == "C" or category in ("Zl", "Zp", "Mn", "Me"):
-        return False
-    return category != "Zs" or char == " "
 
 
 # --- typed pieces -------------------------------------------------------------------------------------
@@ -315,8 +270,8 @@ class Config:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
-        """The configuration in `environ` (default `os.environ`); raises `ConfigError` naming the first
-        variable that is missing or wrong, in runner.md §2.1's order."""
+        """The configuration in `environ` (default `os.environ`); raises `ConfigError` naming every variable
+        that is missing or wrong, in runner.md §2.1's order."""
         return _read(os.environ if environ is None else environ)
 
     @property
@@ -354,9 +309,17 @@ def admission_closed(state: Path) -> bool:
 # --- reading ------------------------------------------------------------------------------------------
 
 
+def quoted(text: str) -> str:
+    """A value from the environment as a message shows it: Python's repr, so control characters are visible."""
+    return repr(text)
+
+
 class _Environment:
+    """The variables, read trimmed, and the problems met so far (every check goes on after a problem)."""
+
     def __init__(self, environ: Mapping[str, str]) -> None:
         self._environ = environ
+        self.problems: list[str] = []
 
     def var(self, name: str) -> str | None:
         value = self._environ.get(name)
@@ -370,7 +333,10 @@ class _Environment:
         return Path(".") if home is None else Path(home)
 
     def temp_dir(self) -> Path:
-        return Path(self._environ.get("TMPDIR") or "/tmp")  # noqa: S108 - the OS default, as std::env::temp_dir
+        return Path(self._environ.get("TMPDIR") or "/tmp")  # noqa: S108 - the OS default temp directory
+
+    def problem(self, message: str) -> None:
+        self.problems.append(message)
 
 
 def _unsigned(text: str, bound: int) -> int | None:
@@ -380,14 +346,20 @@ def _unsigned(text: str, bound: int) -> int | None:
     return value if value < bound else None
 
 
-def _number(env: _Environment, name: str, default: int) -> int:
+def _number(env: _Environment, name: str, default: int) -> int | None:
+    """The variable as a count (`default` when unset); None, with a problem noted, when it is not one."""
     text = env.var(name)
     if text is None:
         return default
     value = _unsigned(text, _U64)
     if value is None:
-        raise ConfigError(f"{name} must be a number, not {rust_debug(text)}")
+        env.problem(f"{name} must be a number, not {quoted(text)}")
     return value
+
+
+def _at_least_one(env: _Environment, name: str, value: int | None) -> None:
+    if value == 0:
+        env.problem(f"{name} must be at least 1")
 
 
 def _brake(env: _Environment, name: str, bound: int) -> int | None:
@@ -396,10 +368,10 @@ def _brake(env: _Environment, name: str, bound: int) -> int | None:
         return None
     value = _unsigned(text, bound)
     if not value:
-        raise ConfigError(
-            f"{name} is an emergency brake: leave it unset for no limit, or set a positive number, "
-            f"not {rust_debug(text)}"
+        env.problem(
+            f"{name} is an emergency brake: leave it unset for no limit, or set a positive number, not {quoted(text)}"
         )
+        return None
     return value
 
 
@@ -409,22 +381,26 @@ def _millis(env: _Environment, name: str, default: int) -> int:
         return default
     value = _unsigned(text, _U64)
     if not value:
-        raise ConfigError(f"{name} is a positive number of milliseconds, not `{text}`")
+        env.problem(f"{name} is a positive number of milliseconds, not {quoted(text)}")
+        return default
     return value
 
 
 def _relay(env: _Environment) -> Relay:
+    embedded = EmbeddedRelay(DEFAULT_LISTEN_HOST, DEFAULT_LISTEN_PORT)
     url = env.var("EVAL_RUNNER_RELAY")
     if url is not None:
         if not _is_ws_url(url):
-            raise ConfigError(f"EVAL_RUNNER_RELAY must be a ws:// or wss:// URL, not {rust_debug(url)}")
+            env.problem(f"EVAL_RUNNER_RELAY must be a ws:// or wss:// URL, not {quoted(url)}")
+            return embedded
         return ExternalRelay(url)
     listen = env.var("EVAL_RUNNER_LISTEN")
     if listen is None:
-        return EmbeddedRelay(DEFAULT_LISTEN_HOST, DEFAULT_LISTEN_PORT)
+        return embedded
     parsed = _host_port(listen)
     if parsed is None:
-        raise ConfigError(f"EVAL_RUNNER_LISTEN must be HOST:PORT, not {rust_debug(listen)}")
+        env.problem(f"EVAL_RUNNER_LISTEN must be HOST:PORT, not {quoted(listen)}")
+        return embedded
     return EmbeddedRelay(*parsed)
 
 
@@ -477,12 +453,14 @@ def _bucket(env: _Environment, blossom: str | None) -> Bucket | None:
     if url is None and gcloud is None:
         return None
     if url is None or gcloud is None:
-        raise ConfigError("EVAL_RUNNER_BUCKET and EVAL_RUNNER_GCLOUD_CONFIG go together")
+        env.problem("EVAL_RUNNER_BUCKET and EVAL_RUNNER_GCLOUD_CONFIG go together")
+        return None
+    wrong = len(env.problems)
     if blossom is None:
-        raise ConfigError("EVAL_RUNNER_BUCKET needs EVAL_RUNNER_BLOSSOM, its public read base")
+        env.problem("EVAL_RUNNER_BUCKET needs EVAL_RUNNER_BLOSSOM, its public read base")
     if not url.startswith("gs://"):
-        raise ConfigError(f"{url} is not a gs:// bucket")
-    return Bucket(url, Path(gcloud))
+        env.problem(f"{url} is not a gs:// bucket")
+    return Bucket(url, Path(gcloud)) if len(env.problems) == wrong else None
 
 
 def _state(env: _Environment) -> Path:
@@ -513,34 +491,33 @@ def _read(environ: Mapping[str, str]) -> Config:
     catalog_text = env.var("EVAL_RUNNER_CATALOG")
     catalog = tuple(Path(part) for part in (catalog_text or "").split(":") if part)
     if not catalog:
-        raise ConfigError("EVAL_RUNNER_CATALOG names no extension directory")
+        env.problem("EVAL_RUNNER_CATALOG names no extension directory")
     coder = env.var("EVAL_RUNNER_CODER")
     if coder is None:
-        raise ConfigError("EVAL_RUNNER_CODER is not set")
+        env.problem("EVAL_RUNNER_CODER is not set")
     questions = env.var("EVAL_RUNNER_QUESTIONS")
     door_key = env.var("CODER_DOOR_KEY") or env.var("CODER_AI_GATEWAY_KEY")
     if door_key is None:
-        raise ConfigError("no door key: set CODER_DOOR_KEY or CODER_AI_GATEWAY_KEY")
+        env.problem("no door key: set CODER_DOOR_KEY or CODER_AI_GATEWAY_KEY")
     door = ChatDoor(
         url=env.var("CODER_DOOR_URL") or DEFAULT_DOOR_URL,
         model=env.var("CODER_MODEL") or DEFAULT_MODEL,
-        key=Secret(door_key),
+        key=Secret(door_key or ""),
     )
-    decision = _decision(env, door)
+    decision = _decision(env, door) if door_key is not None else None
 
     runs_per_trainer = _brake(env, "EVAL_RUNNER_RUNS_PER_DAY", _U32)
     turns_per_day = _brake(env, "EVAL_RUNNER_TURNS_PER_DAY", _U64)
     jobs = _number(env, "EVAL_RUNNER_JOBS", DEFAULT_JOBS)
     concurrency = _number(env, "EVAL_RUNNER_CONCURRENCY", DEFAULT_CONCURRENCY)
-    if concurrency not in CONCURRENCY_RANGE:
-        raise ConfigError("EVAL_RUNNER_CONCURRENCY must be from 1 to 8")
-    if jobs == 0:
-        raise ConfigError("EVAL_RUNNER_JOBS must be at least 1")
-    limits = Limits(runs_per_trainer, turns_per_day, jobs, concurrency)
+    if concurrency is not None and concurrency not in CONCURRENCY_RANGE:
+        env.problem("EVAL_RUNNER_CONCURRENCY must be from 1 to 8")
+    _at_least_one(env, "EVAL_RUNNER_JOBS", jobs)
+    limits = Limits(runs_per_trainer, turns_per_day, jobs or DEFAULT_JOBS, concurrency or DEFAULT_CONCURRENCY)
     run_disk = _number(env, "EVAL_RUNNER_RUN_DISK_MB", DEFAULT_RUN_DISK_MIB)
-    if run_disk == 0:
-        raise ConfigError("EVAL_RUNNER_RUN_DISK_MB must be at least 1")
-    disk = Disk(run_disk << 20, _number(env, "EVAL_RUNNER_DISK_FLOOR_MB", DEFAULT_DISK_FLOOR_MIB) << 20)
+    _at_least_one(env, "EVAL_RUNNER_RUN_DISK_MB", run_disk)
+    floor = _number(env, "EVAL_RUNNER_DISK_FLOOR_MB", DEFAULT_DISK_FLOOR_MIB)
+    disk = Disk((run_disk or DEFAULT_RUN_DISK_MIB) << 20, (DEFAULT_DISK_FLOOR_MIB if floor is None else floor) << 20)
 
     blossom = env.var("EVAL_RUNNER_BLOSSOM")
     bucket = _bucket(env, blossom)
@@ -551,9 +528,10 @@ def _read(environ: Mapping[str, str]) -> Config:
 
     defaults_root = env.var("EVAL_RUNNER_DEFAULTS_ROOT")
     if defaults_root is not None:
-        if not _HEX64.fullmatch(defaults_root):
-            raise ConfigError("EVAL_RUNNER_DEFAULTS_ROOT must be a 64-hex public key")
-        defaults_root = defaults_root.lower()
+        if _HEX64.fullmatch(defaults_root):
+            defaults_root = defaults_root.lower()
+        else:
+            env.problem("EVAL_RUNNER_DEFAULTS_ROOT must be a 64-hex public key")
     documents = env.var("EVAL_RUNNER_DEFAULTS_DOCS")
     defaults_documents = Path(documents) if documents is not None else env.home() / HOME_DEFAULTS_DOCS
 
@@ -561,6 +539,9 @@ def _read(environ: Mapping[str, str]) -> Config:
     renew_ms = _millis(env, "EVAL_RUNNER_RENEW_MS", DEFAULT_RENEW_MS)
     gates = env.var("GYM_GATES_DIR")
 
+    if env.problems:
+        raise ConfigError(*env.problems)
+    assert coder is not None
     return Config(
         relay=relay,
         catalog=catalog,

@@ -1,16 +1,9 @@
-"""The runner's key file: loading it with the reference's permission rule (runner.md §2.3), generating it
-for the embedded relay, and the `pubkey` command (§3.3).
+"""The runner's key file: loading it (owner-only, runner.md §2.3), generating it for the embedded relay, and
+the `pubkey` command (§3.3).
 
-The key is the runner's identity on the wire, so the file must be the owner's alone: any group or other
-permission bit refuses it, before its text is read. Messages name the file, never its contents. A key is
-generated only where `Config.key_may_be_generated` allows (the embedded relay's `<state>/runner-key`); it is
-written to a private temporary file, flushed, and linked into place, so the name only ever holds a
-complete key and an existing key is never overwritten, even by a racing second start. A generated file
-holds 64 lowercase hex and a newline.
-
-An `nsec` that fails to decode says why in our bech32 reader's words (the reference quotes its library's);
-`pubkey` finds the key as the configuration does (`config.key_file_location`), so with the embedded relay
-it reads `<state>/runner-key`.
+The key is the runner's identity on the wire, so a file any group or other bit opens is refused before it
+is read, and a generated key is linked into place whole, never over an existing one. Messages name the
+file, never its contents.
 """
 
 from __future__ import annotations
@@ -84,7 +77,7 @@ def load_key(path: Path) -> SecretKey:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise KeyFileError(f"{WHAT} {path}: stream did not contain valid UTF-8") from None
+        raise KeyFileError(f"{WHAT} {path}: the file is not UTF-8 text") from None
     return parse_key_text(text)
 
 

@@ -1,42 +1,20 @@
 """`eval-runner serve`: the runner assembled from its parts, from the configuration to the listen loop.
 
-In runner.md §3.1's order: the confinement probe (a host that cannot confine runs nothing: error
-`unconfined_host: <why>`), the runner key, the catalog, the agent's digest and the question sets, the state
-directory and its ledger (crash recovery happens as it opens: an interrupted run is answered `unknown` and
-never run again), the embedded relay when `EVAL_RUNNER_RELAY` is unset, the startup lines on stderr, then
-the answer publisher, the request pipeline with the engine behind it, and the requests listener, which
-reconnects for ever with back-off.
-
-Beyond the reference, and decisions where the spec is silent:
-
-* **Embedded relay.** With `EVAL_RUNNER_RELAY` unset the runner serves nostr-sdk's `LocalRelay` itself on
-  `EVAL_RUNNER_LISTEN` (default 127.0.0.1:7447; port 0 picks a free one), keeping its events in LMDB under
-  `<state>/relay/`, with the default rate limit (60 events a minute per connection) raised so a run's
-  progress notes are never refused. Its startup line is `relay   embedded at ws://HOST:PORT`. The runner
-  key is then `<state>/runner-key`, generated (0600) on the first start, which says
-  `generated the runner key in <path>` once; with an external relay a key file must exist. The relay
-  starts after the ledger opens, so a second runner over the same state stops at the ledger's lock before
-  touching the relay's files.
-* **Catch-up.** Every (re)subscription asks from the newest request the ledger holds minus the 600 s open
-  window (first start: now − 600), not the reference's now − 60, so a request published while the runner
-  was down is still delivered by a relay that keeps it; the seen-set and the ledger make repeats harmless.
-* **systemd.** `READY=1` once the first subscription is confirmed, `WATCHDOG=1` per confirmation and per
-  answered probe, to `NOTIFY_SOCKET`.
-* **Stopping.** SIGTERM or SIGINT stops listening at once (`stopping: …`); runs already admitted finish and
-  send their results (the admission switch's rule: admitted runs finish). A second signal stops them too:
-  they are cut off mid-run and a restart answers them `unknown`, as after a crash. Then `stopped`, exit 0.
-  systemd's stop timeout (SIGKILL) bounds the wait like any crash would.
-* Tool releases (§3.1 step 5) and coder defaults (step 6) are not taken yet; nothing is logged for them.
+In runner.md §3.1's order: the confinement probe (a host that cannot confine runs nothing), the runner key,
+the catalog, the agent, the state directory and its ledger (crash recovery happens as it opens), the
+embedded relay when `EVAL_RUNNER_RELAY` is unset, the startup lines, then the answer publisher, the request
+pipeline and the requests listener. Log lines go to the `eval_runner` loggers; SIGTERM stops it gently.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -56,8 +34,8 @@ from eval_runner.service.ledger.store import Ledger, ledger_path
 from eval_runner.service.relay.liveness import Liveness, RelayListener, catch_up_since, seconds_text
 from eval_runner.service.relay.notify import Notifier
 from eval_runner.service.relay.publisher import Publisher
-from eval_runner.service.requests.engine_suites import EngineSuiteRunner, QuestionsError, load_questions
 from eval_runner.service.requests.pipeline import Pipeline
+from eval_runner.service.requests.suites import EngineSuiteRunner, QuestionsError, load_questions
 
 RELAY_DIR: Final = "relay"
 #: The embedded relay's limits: REQs per connection, and events a minute per connection.
@@ -66,7 +44,7 @@ RELAY_EVENTS_PER_MINUTE: Final = 60_000
 STOPPING: Final = "stopping: no new requests; runs in flight finish first (signal again to stop them now)"
 STOPPED: Final = "stopped"
 
-Log = Callable[[str], None]
+logger = logging.getLogger(__name__)
 
 
 class ServeError(EvalRunnerError):
@@ -127,13 +105,13 @@ def agent_digest(coder: Path) -> str:
         raise ServeError(f"EVAL_RUNNER_CODER {coder}: {os_error_text(error)}") from None
 
 
-def runner_key(config: Config, log: Log) -> SecretKey:
+def runner_key(config: Config) -> SecretKey:
     """The runner key: generated in the state directory for the embedded relay when absent, else loaded."""
     try:
         if config.key_may_be_generated:
             key, generated = ensure_key(config.key_file)
             if generated:
-                log(generated_line(config.key_file))
+                logger.info(generated_line(config.key_file))
             return key
         return load_key(config.key_file)
     except KeyFileError as error:
@@ -205,31 +183,31 @@ class _Signals:
 async def serve(
     config: Config,
     *,
-    log: Log,
     stop: asyncio.Event | None = None,
     hurry: asyncio.Event | None = None,
 ) -> None:
     """Run the runner until stopped. Raises `ServeError` when it cannot start.
 
-    With `stop` None, SIGTERM and SIGINT stop it (see the module docstring); otherwise setting `stop` does,
-    and setting `hurry` too cuts runs in flight off instead of waiting for them.
+    With `stop` None, the first SIGTERM or SIGINT stops listening and lets admitted runs finish, a second
+    cuts them off; otherwise setting `stop` does, and setting `hurry` too cuts runs in flight off instead
+    of waiting for them. Log lines go to the `eval_runner` loggers.
     """
     hurry = hurry if hurry is not None else asyncio.Event()
     if stop is None:
         stop = asyncio.Event()
         with _Signals(stop, hurry):
-            await _serve(config, log, stop, hurry)
+            await _serve(config, stop, hurry)
     else:
-        await _serve(config, log, stop, hurry)
+        await _serve(config, stop, hurry)
 
 
-async def _serve(config: Config, log: Log, stop: asyncio.Event, hurry: asyncio.Event) -> None:
+async def _serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event) -> None:
     confinement = await probe(config.temp_root)
     if isinstance(confinement, Unconfined):
         raise ServeError(f"unconfined_host: {confinement.reason}")
     if swept := await asyncio.to_thread(sweep, (config.temp_root,)):
-        log(swept.line())
-    secret = runner_key(config, log)
+        logger.info(swept.line())
+    secret = runner_key(config)
     runner = secret.public_key().to_hex()
     catalog = load_catalog(config)
     digest = agent_digest(config.coder)
@@ -252,9 +230,9 @@ async def _serve(config: Config, log: Log, stop: asyncio.Event, hurry: asyncio.E
                 config, runner=runner, relay_url=url, catalog=catalog, agent_digest=digest, confinement=confinement
             )
             for line in lines:
-                log(line)
+                logger.info(line)
             liveness = Liveness(probe=config.probe_ms / 1000, renew=config.renew_ms / 1000)
-            publisher = await stack.enter_async_context(Publisher(url, secret, probe=liveness.probe, log=log))
+            publisher = await stack.enter_async_context(Publisher(url, secret, probe=liveness.probe))
             suite_runner = EngineSuiteRunner(
                 config, confinement=confinement, questions=questions, extra_secrets=(secret.to_hex(),)
             )
@@ -265,11 +243,10 @@ async def _serve(config: Config, log: Log, stop: asyncio.Event, hurry: asyncio.E
                 catalog=catalog,
                 suite_runner=suite_runner,
                 publisher=publisher,
-                log=log,
             )
             notifier = Notifier(config.notify_socket)
             stack.callback(notifier.close)
-            await _listen(url, secret, ledger, pipeline, notifier, liveness, log, stop, hurry)
+            await _listen(url, secret, ledger, pipeline, notifier, liveness, stop, hurry)
 
 
 async def _listen(
@@ -279,7 +256,6 @@ async def _listen(
     pipeline: Pipeline,
     notifier: Notifier,
     liveness: Liveness,
-    log: Log,
     stop: asyncio.Event,
     hurry: asyncio.Event,
 ) -> None:
@@ -298,14 +274,14 @@ async def _listen(
         # One aggregate over this key's claims, read under the ledger's lock (held only for a commit's length).
         return catch_up_since(int(time.time()), ledger.newest_request_created_at())
 
-    listener = RelayListener(url, secret, deliver=deliver, since=since, log=log, notifier=notifier, liveness=liveness)
+    listener = RelayListener(url, secret, deliver=deliver, since=since, notifier=notifier, liveness=liveness)
     listening = asyncio.get_running_loop().create_task(listener.run_forever())
     stopped = asyncio.get_running_loop().create_task(stop.wait())
     try:
         await asyncio.wait({listening, stopped}, return_when=asyncio.FIRST_COMPLETED)
         if listening.done():
             listening.result()  # the loop ends only when stopped: anything else is a bug, raised here
-        log(STOPPING)
+        logger.info(STOPPING)
         listener.stop()
         await listening
         await _unless(_drain(handling, pipeline), hurry)
@@ -319,7 +295,7 @@ async def _listen(
             handled.cancel()
         await asyncio.gather(*handling, return_exceptions=True)
         await pipeline.aclose()
-    log(STOPPED)
+    logger.info(STOPPED)
 
 
 async def _drain(handling: set[asyncio.Future[None]], pipeline: Pipeline) -> None:
@@ -345,18 +321,19 @@ async def _unless(work: Awaitable[None], hurry: asyncio.Event) -> None:
 
 
 def serve_main(argv: list[str], *, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
-    """`eval-runner serve`: 0 after a stop by signal, 1 with `eval-runner: <error>` when it cannot start.
-    Arguments are ignored, as the reference ignores them. Log lines go to `stderr`, one each, flushed."""
+    """`eval-runner serve`: 0 after a stop by signal, 1 with `eval-runner: <error>` (one line per problem) when
+    it cannot start. Arguments are ignored, as the reference ignores them. Log lines go to the `eval_runner`
+    loggers; the command line sends them to stderr (`eval_runner.logs.lines_to_stream`)."""
     del argv, stdout
-
-    def log(line: str) -> None:
-        stderr.write(line + "\n")
-        stderr.flush()
-
     try:
         config = Config.from_env(environ)
-        asyncio.run(serve(config, log=log))
-    except (ConfigError, ServeError) as error:
-        log(f"eval-runner: {error}")
+        asyncio.run(serve(config))
+    except ConfigError as error:
+        stderr.write("".join(f"eval-runner: {problem}\n" for problem in error.problems))
+        stderr.flush()
+        return 1
+    except ServeError as error:
+        stderr.write(f"eval-runner: {error}\n")
+        stderr.flush()
         return 1
     return 0

@@ -3,26 +3,19 @@
 There is no usage limit; instead every request the runner answers, admitted or refused, is one JSON line
 in `<state>/usage/YYYY-MM-DD.jsonl` (the UTC day it arrived), so usage stats are one command away. A record
 holds ids, words from fixed vocabularies, counts and times: never a test's text, never a key's secret.
-
-Each line is appended with one `write` to a file opened `O_APPEND`, so lines from concurrent jobs (threads
-or processes) never interleave. Reading is forgiving: a line that does not read as a record is counted,
-not fatal, and the report says how many there were. `usage_main` is the `eval-runner usage` command.
-
-Reading follows the reference's serde reader: unknown fields are ignored, `null` is an absent optional
-field, a repeated known field, a wrong type, a count out of its u32/u64 range or a lone surrogate make the
-line unreadable. Where we differ: a line that is not UTF-8 is one unreadable line (the reference gives up
-on the whole file), and table columns are as wide as their longest cell in characters (the reference
-measures bytes, which only differs for non-ASCII groups).
+Lines are appended whole (one `write`, `O_APPEND`); reading counts a line that is not a record instead of
+failing on it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Final, TextIO
@@ -35,6 +28,8 @@ ACTIONS: Final = ("run", "check", "validation", "publish", "unread")
 
 _U32: Final = 2**32
 _U64: Final = 2**64
+
+logger = logging.getLogger(__name__)
 
 
 def arrival_time(unix_ms: int) -> str:
@@ -174,12 +169,12 @@ class UsageLog:
         except OSError as error:
             raise UsageLogError(f"{path}: {os_error_text(error)}") from None
 
-    def keep(self, record: Record, log: Callable[[str], None]) -> bool:
+    def keep(self, record: Record) -> bool:
         """Append `record`; a failure only logs `usage log: <error>` (runner.md §19.1). True if written."""
         try:
             self.append(record)
         except UsageLogError as error:
-            log(f"usage log: {error}")
+            logger.warning("usage log: %s", error)
             return False
         return True
 
@@ -196,9 +191,11 @@ class UsageRead:
     records: tuple[Record, ...]
     #: Non-blank lines that did not read as a record.
     unreadable: int
+    #: Day files in the directory (before `since`); none means there is no usage log yet.
+    days: int = 0
 
 
-def is_date(text: str) -> bool:
+def _date_shaped(text: str) -> bool:
     """`YYYY-MM-DD` by shape: ten characters, dashes at 4 and 7, ASCII digits elsewhere."""
     return (
         len(text) == 10
@@ -206,6 +203,22 @@ def is_date(text: str) -> bool:
         and text[7] == "-"
         and all(char in "0123456789" for i, char in enumerate(text) if i not in (4, 7))
     )
+
+
+def date_problem(text: str) -> str | None:
+    """Why `text` is not a `YYYY-MM-DD` day on the calendar, or None when it is one."""
+    if not _date_shaped(text):
+        return f"{text} is not a YYYY-MM-DD date"
+    try:
+        date(int(text[:4]), int(text[5:7]), int(text[8:]))
+    except ValueError as error:  # e.g. "month must be in 1..12", "day is out of range for month"
+        return f"{text} is not a date on the calendar: {error}"
+    return None
+
+
+def is_date(text: str) -> bool:
+    """`YYYY-MM-DD`, and a day the calendar has."""
+    return date_problem(text) is None
 
 
 class _Pairs(list[tuple[str, object]]):
@@ -276,12 +289,14 @@ def read_lines(body: bytes) -> tuple[list[Record], int]:
 
 def read(directory: Path, since: str | None = None) -> UsageRead:
     """Every record in `directory`'s day files (`YYYY-MM-DD.jsonl`; other names ignored) dated on or
-    after `since`, oldest day first. Raises `UsageError` for a bad `since` or a directory or day file
-    that cannot be read."""
-    if since is not None and not is_date(since):
-        raise UsageError(f"{since} is not a YYYY-MM-DD date")
+    after `since`, oldest day first. A directory not made yet holds no usage log (`days` 0). Raises
+    `UsageError` for a bad `since` or a directory or day file that cannot be read."""
+    if since is not None and (problem := date_problem(since)) is not None:
+        raise UsageError(problem)
     try:
         names = os.listdir(directory)
+    except FileNotFoundError:
+        return UsageRead((), 0, 0)
     except OSError as error:
         raise UsageError(f"{directory}: {os_error_text(error)}") from None
     days = sorted(
@@ -301,7 +316,7 @@ def read(directory: Path, since: str | None = None) -> UsageRead:
         found, bad = read_lines(body)
         records.extend(found)
         unreadable += bad
-    return UsageRead(tuple(records), unreadable)
+    return UsageRead(tuple(records), unreadable, len(days))
 
 
 # --- stats and the table ------------------------------------------------------------------------------
@@ -462,15 +477,24 @@ def parse_arguments(argv: Sequence[str], environ: Mapping[str, str]) -> UsageArg
     return UsageArguments(since, by, as_json, directory)
 
 
+def no_usage_line(directory: Path) -> str:
+    """What `usage` says before the runner has answered anything."""
+    return f"no usage yet: {directory} holds no usage log"
+
+
 def usage_main(argv: list[str], *, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """`eval-runner usage ARGS` (`argv` is what follows `usage`). Reads only the log; needs no key or
-    catalog. Errors print `eval-runner: <error>` on stderr and return 1; otherwise 0."""
+    catalog. Errors print `eval-runner: <error>` on stderr and return 1; otherwise 0. With no log yet the
+    table is replaced by one line saying so (`--json` still prints the rows, all zero)."""
     try:
         arguments = parse_arguments(argv, environ)
         found = read(arguments.directory, arguments.since)
     except UsageError as error:
         stderr.write(f"eval-runner: {error}\n")
         return 1
+    if found.days == 0 and not arguments.json:
+        stdout.write(no_usage_line(arguments.directory) + "\n")
+        return 0
     rows = stats(found.records, arguments.by)
     stdout.write(rows_json(rows) + "\n" if arguments.json else table(rows, arguments.by))
     if found.unreadable:

@@ -14,7 +14,8 @@ import pytest
 from eval_runner.nostr import Event, Filter, SecretKey, sign
 from eval_runner.service.relay.connection import MAX_MESSAGE_BYTES, RelayClient, RelayError
 from eval_runner.service.relay.publisher import Publisher
-from tests.support.stand_in_relay import BOUND, Recorder, StandInRelay, local_relay, sized_event, unused_port_url
+from tests.support.captured_logs import LogLines
+from tests.support.stand_in_relay import BOUND, StandInRelay, local_relay, sized_event, unused_port_url
 
 
 def note(secret: SecretKey, text: str) -> Event:
@@ -61,11 +62,10 @@ async def test_oks_are_matched_to_publishes_by_event_id_not_by_order() -> None:
         assert writer.connections == 1  # a refusal is an answer, not a broken connection
 
 
-async def test_a_publish_whose_socket_drops_before_its_ok_is_sent_again_on_the_next() -> None:
+async def test_a_publish_whose_socket_drops_before_its_ok_is_sent_again_on_the_next(logs: LogLines) -> None:
     secret = SecretKey.generate()
     event = note(secret, "through the gap")
-    logs = Recorder()
-    async with StandInRelay() as relay, Publisher(relay.url, secret, log=logs) as writer:
+    async with StandInRelay() as relay, Publisher(relay.url, secret) as writer:
         dropped = await relay.accept()
         await dropped.authenticate(secret.public_key().to_hex())
         publishing = asyncio.create_task(writer.publish(event))
@@ -80,11 +80,10 @@ async def test_a_publish_whose_socket_drops_before_its_ok_is_sent_again_on_the_n
         assert writer.connections == 2
 
 
-async def test_a_silent_socket_is_noticed_by_its_probe_and_the_publish_moves_on() -> None:
+async def test_a_silent_socket_is_noticed_by_its_probe_and_the_publish_moves_on(logs: LogLines) -> None:
     secret = SecretKey.generate()
     event = note(secret, "not into the void")
-    logs = Recorder()
-    async with StandInRelay() as relay, Publisher(relay.url, secret, probe=0.2, log=logs) as writer:
+    async with StandInRelay() as relay, Publisher(relay.url, secret, probe=0.2) as writer:
         silent = await relay.accept()
         await silent.authenticate(secret.public_key().to_hex())
         publishing = asyncio.create_task(writer.publish(event))
@@ -155,10 +154,9 @@ async def test_close_fails_what_is_waiting_and_refuses_what_comes_after() -> Non
         await asyncio.wait_for(connection.closed.wait(), BOUND)
 
 
-async def test_an_unreachable_relay_fails_the_publish_within_its_bound() -> None:
+async def test_an_unreachable_relay_fails_the_publish_within_its_bound(logs: LogLines) -> None:
     secret = SecretKey.generate()
-    logs = Recorder()
-    async with Publisher(unused_port_url(), secret, bound=0.5, log=logs) as writer:
+    async with Publisher(unused_port_url(), secret, bound=0.5) as writer:
         with pytest.raises(RelayError) as caught:
             await writer.publish(note(secret, "nowhere to go"))
         assert caught.value.code == "timeout"

@@ -4,6 +4,7 @@ and the staging directory's life."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,6 @@ from eval_runner.service.requests.admission import (
 )
 from eval_runner.service.requests.opening import OpenedExecute
 from tests.support.paths import EXAMPLE
-from tests.support.stand_in_relay import Recorder
 from tests.support.trainer_side import asking_case, catalog_tool, chat_tool, draft, example_case, run_input
 
 RUNNER = SecretKey.parse("11" * 32).public_key().to_hex()
@@ -60,9 +60,7 @@ def state(tmp_path: Path) -> Path:
 
 
 def admission(state: Path, temp_root: Path, **hooks: Any) -> Admission:
-    return Admission(
-        runner=RUNNER, catalog=CATALOG, state=state, temp_root=temp_root, log=hooks.pop("log", Recorder()), **hooks
-    )
+    return Admission(runner=RUNNER, catalog=CATALOG, state=state, temp_root=temp_root, **hooks)
 
 
 def opened(value: JsonValue, *, runner: str = RUNNER, body: ExecuteBody | None = None) -> OpenedExecute:
@@ -149,16 +147,17 @@ async def test_a_catalog_tool_is_named_by_its_release_when_one_is_found(state: P
     found.close()
 
 
-async def test_a_tool_without_a_release_is_only_logged(state: Path, temp_root: Path) -> None:
+async def test_a_tool_without_a_release_is_only_logged(
+    state: Path, temp_root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async def tool_release(tool: Tool) -> EventRef:
         raise LookupError("the relay holds none")
 
-    logs = Recorder()
-    found = await plan(
-        state, temp_root, run_input(DEFINITION, draft(catalog_tool(DEFINITION))), tool_release=tool_release, log=logs
-    )
+    caplog.set_level(logging.INFO, logger="eval_runner")
+    value = run_input(DEFINITION, draft(catalog_tool(DEFINITION)))
+    found = await plan(state, temp_root, value, tool_release=tool_release)
     assert found.subject.definition.event is None
-    assert logs.lines == ["Codebase brief has no release: the relay holds none"]
+    assert caplog.messages == ["Codebase brief has no release: the relay holds none"]
     found.close()
 
 
@@ -229,17 +228,17 @@ async def test_a_closed_switch_refuses_after_the_input_is_read(state: Path, temp
 
 
 async def test_below_the_free_space_floor_new_runs_are_refused_and_the_log_says_so_once(
-    state: Path, temp_root: Path
+    state: Path, temp_root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The ledger must never meet a full disk: below the floor, runs are refused `unavailable`."""
-    log = Recorder()
-    floor = admission(state, temp_root, log=log, disk_floor=1 << 62)  # more than any disk has free
+    caplog.set_level(logging.INFO, logger="eval_runner")
+    floor = admission(state, temp_root, disk_floor=1 << 62)  # more than any disk has free
     good = run_input(DEFINITION, draft(catalog_tool(DEFINITION)))
     for _ in range(2):
         with pytest.raises(RefusalError) as caught:
             await floor.admit(opened(good))
         assert (caught.value.code, caught.value.message) == (Code.UNAVAILABLE, LOW_DISK)
-    assert len([line for line in log.lines if line.startswith("low disk: ")]) == 1
+    assert len([line for line in caplog.messages if line.startswith("low disk: ")]) == 1
     assert list(temp_root.iterdir()) == []
     # Above the floor (here: none) the same request is admitted.
     admitted = await admission(state, temp_root, disk_floor=0).admit(opened(good))

@@ -55,6 +55,7 @@ from eval_runner.service.requests.opening import (
 )
 from eval_runner.service.usage import read
 from tests.support.direct_pipeline import DirectPipeline, open_answer
+from tests.support.plain_words import assert_plain
 from tests.support.request_mutations import (
     PLACEHOLDER,
     Addressing,
@@ -166,6 +167,7 @@ class Fuzz:
         lines = len(service.logs.lines)
         published = service.deliver(event)
         logged = service.logs.lines[lines:]
+        assert_plain(*logged)
         assert service.ledger.active_slots() == 0, "no claim keeps a slot once its run has answered"
         assert list(service.config.temp_root.iterdir()) == [], "no staging is left behind"
         if opened is None:
@@ -225,6 +227,7 @@ class Fuzz:
         assert result.code in HOSTED_CODES, result.code
         assert result.code != Code.UNAVAILABLE, f"nothing is unavailable here; planning broke? {result.message}"
         assert result.message
+        assert_plain(result.message)
         assert f"refused {event.id[:12]} from {principal[:12]}: {result.code}: {result.message}" in logged
 
     def finish(self) -> None:
@@ -242,6 +245,8 @@ class Fuzz:
         for line in service.logs.lines:
             for secret in service.secrets():
                 assert secret not in line, "a log line holds a secret"
+        assert_plain(*service.logs.lines)
+        assert any(line.startswith("finished ") for line in service.logs.lines)
 
     def tags_for(self, body: dict[str, JsonValue]) -> list[list[str]]:
         return [["p", self.service.runner], ["expiration", str(body["deadline"])]]

@@ -189,7 +189,6 @@ async def test_planning_that_breaks_is_refused_unavailable_not_left_unanswered(t
             catalog=service.catalog,
             state=service.state,
             temp_root=service.temp_root,
-            log=service.logs,
         )
         event, _ = await trainer.run(catalog_run(service), "req-broken")
         await refused(service, trainer, event, Code.UNAVAILABLE, UNPLANNED)

@@ -5,6 +5,7 @@ restarts and the next UTC day; `quota.json` written whole under concurrent write
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import threading
@@ -28,16 +29,8 @@ NOON = 20_000 * DAY_SECONDS + 43_200
 BRAKE = Limits(runs_per_trainer=3, turns_per_day=200)
 
 
-class Lines:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def __call__(self, line: str) -> None:
-        self.lines.append(line)
-
-
 def quota_in(tmp_path: Path) -> Quota:
-    return Quota(tmp_path / "quota.json", log=Lines())
+    return Quota(tmp_path / "quota.json")
 
 
 def test_with_no_brake_a_hundred_runs_are_all_taken(tmp_path: Path) -> None:
@@ -53,7 +46,7 @@ def test_with_no_brake_a_hundred_runs_are_all_taken(tmp_path: Path) -> None:
 
 def test_the_brake_holds_and_survives_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "quota.json"
-    quota = Quota(path, log=Lines())
+    quota = Quota(path)
     for _ in range(3):
         quota.take("alice", 48, check=False, now=NOON, limits=BRAKE)
     with pytest.raises(OverQuotaError) as refused:
@@ -75,7 +68,7 @@ def test_the_brake_holds_and_survives_a_restart(tmp_path: Path) -> None:
     assert quota.today(NOON).turns == 144
     assert quota.today(NOON).runs == {"alice": 3, "bob": 0}
     # A restart reads the same day.
-    reopened = Quota(path, log=Lines())
+    reopened = Quota(path)
     assert reopened.today(NOON) == quota.today(NOON)
     with pytest.raises(OverQuotaError):
         reopened.take("alice", 1, check=False, now=NOON, limits=BRAKE)
@@ -152,22 +145,24 @@ def test_quota_json_is_pretty_sorted_and_private(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "text", ["not json", "[]", '{"day": -1, "runs": {}, "turns": 0}', '{"day": 1, "runs": {"a": "x"}, "turns": 0}']
 )
-def test_a_file_that_is_not_a_days_counts_starts_empty_and_says_so(tmp_path: Path, text: str) -> None:
+def test_a_file_that_is_not_a_days_counts_starts_empty_and_says_so(
+    tmp_path: Path, text: str, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "quota.json"
     path.write_text(text)
-    log = Lines()
-    quota = Quota(path, log=log)
+    caplog.set_level(logging.INFO, logger="eval_runner")
+    quota = Quota(path)
     assert quota.today(NOON) == DayCounts(20_000)
-    assert log.lines == [f"quota: {path}: not a day's counts; starting from none"]
+    assert caplog.messages == [f"quota: {path}: not a day's counts; starting from none"]
 
 
-def test_a_failed_save_only_logs_and_the_brake_still_holds(tmp_path: Path) -> None:
+def test_a_failed_save_only_logs_and_the_brake_still_holds(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "missing" / "quota.json"
-    log = Lines()
-    quota = Quota(path, log=log)
+    caplog.set_level(logging.INFO, logger="eval_runner")
+    quota = Quota(path)
     ticket = quota.take("alice", 3, check=False, now=NOON, limits=Limits(runs_per_trainer=1))
     assert ticket == Ticket(20_000, "alice", True, 3)
-    assert log.lines == [f"quota: {path}: No such file or directory (os error 2)"]
+    assert caplog.messages == [f"quota: {path}: No such file or directory"]
     with pytest.raises(OverQuotaError):
         quota.take("alice", 3, check=False, now=NOON, limits=Limits(runs_per_trainer=1))
 
@@ -179,7 +174,7 @@ def test_negative_turns_are_a_programming_error(tmp_path: Path) -> None:
 
 def test_concurrent_takes_count_exactly_and_the_file_is_always_whole(tmp_path: Path) -> None:
     path = tmp_path / "quota.json"
-    quota = Quota(path, log=Lines())
+    quota = Quota(path)
     quota.take("seed", 0, check=False, now=NOON, limits=Limits())
     done = threading.Event()
     torn: list[str] = []
@@ -209,7 +204,7 @@ def test_concurrent_takes_count_exactly_and_the_file_is_always_whole(tmp_path: P
     today = quota.today(NOON)
     assert today.turns == 400
     assert all(today.runs_of(f"t{index}") == 25 for index in range(16))
-    assert Quota(path, log=Lines()).today(NOON) == today
+    assert Quota(path).today(NOON) == today
     assert os.listdir(tmp_path) == ["quota.json"]
 
 

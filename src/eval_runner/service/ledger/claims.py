@@ -1,9 +1,9 @@
 """The execution ledger's records: claims, jobs, refusals and errors, and the pure rules over them.
 
-`service.ledger` keeps these in SQLite; this module holds what needs no database: the idempotency key
-and its file-safe name (runner.md §5), the typed records a caller gets back, how a row becomes a record,
-and the control answers built from a claim (wire.md §11). Keeping them apart keeps the storage module
-about storage, and lets the control answers be read without opening a file.
+What needs no database lives here (the idempotency key and its file-safe name, runner.md §5; the typed
+records; the control answers built from a claim, wire.md §11), so the storage module stays about storage.
+A claim's row is derived from the `Claim` record's own fields (`CLAIM_COLUMNS`, `claim_from_row`,
+`claim_row`), so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, Final, get_type_hints
 
 from eval_runner.contracts.answers import (
     AcceptedBody,
@@ -245,57 +247,92 @@ def json_text(value: JsonValue) -> str:
     return canonical(value).decode("utf-8")
 
 
-def _flag(value: object) -> bool:
+# --- a claim's row -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    """One `claims` column: its name (the field's) and how a value goes from the row and back."""
+
+    name: str
+    load: Callable[[Any], Any]
+    store: Callable[[Any], Any]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _load_flag(value: Any) -> bool:
     return bool(value)
+
+
+def _store_flag(value: bool) -> int:
+    return int(value)
+
+
+def _load_maybe_flag(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def _store_maybe_flag(value: bool | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _load_blob(value: Any) -> bytes:
+    return bytes(value)
+
+
+def _load_strings(value: Any) -> tuple[str, ...]:
+    return tuple(str(item) for item in read(value))
+
+
+def _store_strings(value: tuple[str, ...]) -> str:
+    return json.dumps(list(value))
+
+
+def _store_ref(value: ArtifactRef) -> str:
+    return json_text(value.to_json())
+
+
+def _column(name: str, hint: object) -> _Column:
+    """How a field of this type is stored: flags as 0/1 (an unknown `dispatched` as NULL), a reference as
+    its JCS text, a list of strings as a JSON array, bytes as a blob, text and numbers as they are."""
+    if hint is bool:
+        return _Column(name, _load_flag, _store_flag)
+    if hint == bool | None:
+        return _Column(name, _load_maybe_flag, _store_maybe_flag)
+    if hint is bytes:
+        return _Column(name, _load_blob, _same)
+    if hint is ArtifactRef:
+        return _Column(name, lambda value: ArtifactRef.parse(read(value), name), _store_ref)
+    if hint == tuple[str, ...]:
+        return _Column(name, _load_strings, _store_strings)
+    if hint in (str, int, str | None, int | None):
+        return _Column(name, _same, _same)
+    raise TypeError(f"Claim.{name} has a type the ledger cannot store: {hint}")
+
+
+#: `Claim` fields kept in tables of their own (`aliases`, `progress`), not in the claim's row.
+_OWN_TABLES: Final = ("aliases", "progress")
+_HINTS: Final = get_type_hints(Claim)
+_COLUMNS: Final = tuple(_column(spec.name, _HINTS[spec.name]) for spec in fields(Claim) if spec.name not in _OWN_TABLES)
+#: The `claims` table's columns, in the table's order: every other field of `Claim`, in field order.
+CLAIM_COLUMNS: Final = tuple(column.name for column in _COLUMNS)
 
 
 def claim_from_row(row: sqlite3.Row, aliases: tuple[str, ...], progress: tuple[ProgressNote, ...]) -> Claim:
     """A stored claim row as a record; a row the contracts refuse raises `LedgerError`."""
     try:
-        record = ArtifactRef.parse(read(row["record"]), "record")
-        conflicts = read(row["conflicts"])
+        values = {column.name: column.load(row[column.name]) for column in _COLUMNS}
     except ContractError as error:
         raise LedgerError(f"the stored claim {key_name(row['key'])} is unreadable: {error.detail}") from error
-    return Claim(
-        key=row["key"],
-        worker=row["worker"],
-        principal=row["principal"],
-        request=row["request"],
-        attempt=row["attempt"],
-        run=row["run"],
-        fingerprint=row["fingerprint"],
-        execute_event=row["execute_event"],
-        created_at=row["created_at"],
-        deadline=row["deadline"],
-        retain_until=row["retain_until"],
-        input_digest=row["input_digest"],
-        lock_digest=row["lock_digest"],
-        mailbox=row["mailbox"],
-        controller=row["controller"],
-        record=record,
-        root=bytes(row["root"]),
-        root_digest=row["root_digest"],
-        phase=row["phase"],
-        acknowledged=_flag(row["acknowledged"]),
-        dispatch_intent=_flag(row["dispatch_intent"]),
-        effect_started=_flag(row["effect_started"]),
-        observed=_flag(row["observed"]),
-        outcome=row["outcome"],
-        dispatched=None if row["dispatched"] is None else _flag(row["dispatched"]),
-        result=row["result"],
-        result_digest=row["result_digest"],
-        conflicts=tuple(str(item) for item in conflicts),
-        code=row["code"],
-        message=row["message"],
-        cancel_requested=_flag(row["cancel_requested"]),
-        cancel_confirmed=_flag(row["cancel_confirmed"]),
-        cancel_reason=row["cancel_reason"],
-        tombstone=_flag(row["tombstone"]),
-        holds_slot=_flag(row["holds_slot"]),
-        settled_at=row["settled_at"],
-        aliases=aliases,
-        progress=progress,
-    )
+    return Claim(**values, aliases=aliases, progress=progress)
+
+
+def claim_row(claim: Claim) -> dict[str, Any]:
+    """The `claims` row `claim` is stored as, by column name (the inverse of `claim_from_row`)."""
+    return {column.name: column.store(getattr(claim, column.name)) for column in _COLUMNS}
 
 
 def job_from_row(row: sqlite3.Row) -> Job:

@@ -1,33 +1,16 @@
 """The requests subscription, kept honest: liveness probes, renewal on an overlapping connection, reconnect.
 
-A socket can stay open on our side after the relay behind it is gone (relay.openagents.com sits
-behind Google's front end, which keeps a subscriber's connection established while the relay
-instance restarts). Silence cannot tell an idle relay from a dead one, so `RelayListener` asks,
-exactly as runner.md §8 says: every probe period a `["REQ","alive-<n>", <jobs filter>+limit 0]`
-that the relay answers with `EOSE` at once; a probe still unanswered at the next tick ends the
-connection (`the relay stopped answering: …`) and `run_forever` reconnects, backing off 1 s doubling
-to 60 s, reset after a connection that was subscribed (runner.md §3.1 step 7). Before the relay's
-one-hour request timeout the subscription moves to a successor connection that is subscribed
-*before* the old one is closed, and the old one is read 5 s longer, so no request falls in a gap.
-
-Beyond the reference:
-
-* Catch-up. The filter's `since` comes from the caller on every REQ (subscription, probe, renewal);
-  `catch_up_since` gives the newest handled request's `created_at` minus the 600 s request window
-  (first start: now − 600) instead of the reference's now − 60, so requests published while the
-  runner was restarting are still delivered; the handler's seen-set and the ledger make the
-  repeats harmless.
-* Once per overlap. The listener remembers the last 1024 event ids it delivered whose id and
-  signature verify, so one request carried by both the old and the successor connection reaches
-  `deliver` once. An event that doesn't verify is still delivered (the handler logs `dropped …`)
-  but never remembered, so a forgery cannot shadow the genuine event with the same id.
-* `READY=1` once the first subscription is confirmed, besides the reference's `WATCHDOG=1` pings.
+A socket can stay open on our side after the relay behind it is gone, and silence cannot tell an idle relay
+from a dead one, so `RelayListener` asks (runner.md §8): a probe every period that the relay answers at once,
+a connection whose probe goes unanswered is ended and reconnected with back-off, and before the relay's
+request timeout the subscription moves to a successor connection subscribed before the old one closes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -60,9 +43,11 @@ SEEN: Final = 1_024
 SUBSCRIBED: Final = "subscribed; requests arrive live from here"
 RENEWED: Final = "renewed the requests subscription on a new connection"
 
+logger = logging.getLogger(__name__)
+
 
 def seconds_text(seconds: float) -> str:
-    """Seconds printed the Rust way: `30`, `2700`, `0.3` (runner.md §3.1 step 4)."""
+    """Seconds as a plain number: whole ones without a decimal point (`30`, `2700`), else `0.3`."""
     return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
 
 
@@ -153,7 +138,7 @@ class RelayListener:
     """Listens for the runner's requests on one relay and hands each to `deliver` in its own task.
 
     `listen()` is one connection, until it ends; `run_forever()` is the service's reconnect loop;
-    `stop()` ends either. `log` receives whole lines (the service writes them to stderr).
+    `stop()` ends either.
     """
 
     def __init__(
@@ -163,7 +148,6 @@ class RelayListener:
         *,
         deliver: Callable[[Event], Awaitable[None]],
         since: Callable[[], int],
-        log: Callable[[str], None],
         notifier: Notifier | None = None,
         liveness: Liveness | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -178,7 +162,6 @@ class RelayListener:
         self._runner = secret.public_key().to_hex()
         self._deliver = deliver
         self._since = since
-        self._log = log
         self._notifier = notifier if notifier is not None else Notifier(None)
         self._liveness = liveness if liveness is not None else Liveness()
         self._sleep = sleep
@@ -217,7 +200,7 @@ class RelayListener:
             if ended.subscribed:
                 backoff.reset()
             delay = backoff.next()
-            self._log(f"relay: {ended.why}; reconnecting in {delay} s")
+            logger.warning("relay: %s; reconnecting in %d s", ended.why, delay)
             await self._pause(delay)
 
     def stop(self) -> None:
@@ -321,7 +304,7 @@ class RelayListener:
         try:
             await self._deliver(event)
         except Exception as error:
-            self._log(f"relay: handling {event.id[:12]} failed: {type(error).__name__}: {error}")
+            logger.error("relay: handling %s failed: %s: %s", event.id[:12], type(error).__name__, error)
 
 
 async def _await(awaitable: Awaitable[None]) -> None:
@@ -430,7 +413,7 @@ class _Session:
         if isinstance(item, RelayEvent):
             listener._hand_over(item.event)
         elif isinstance(item, Eose):
-            listener._log(SUBSCRIBED)
+            logger.info(SUBSCRIBED)
             self.subscribed = True
             listener._notifier.ready()
             listener._notifier.watchdog()
@@ -461,7 +444,7 @@ class _Session:
         error = task.exception()
         if error is not None:
             why = str(error) if isinstance(error, RelayError) else f"{type(error).__name__}: {error}"
-            listener._log(f"relay: renewing the subscription failed: {why}; keeping the current connection")
+            logger.warning("relay: renewing the subscription failed: %s; keeping the current connection", why)
             self.renew_at = now + listener._liveness.probe
             return
         fresh, early = task.result()
@@ -478,7 +461,7 @@ class _Session:
         self.awaiting_auth = self.retried_auth = False
         self.next_probe = now + listener._liveness.probe
         self.renew_at = now + listener._liveness.renew
-        listener._log(RENEWED)
+        logger.info(RENEWED)
         listener._notifier.watchdog()
         for event in early:
             listener._hand_over(event)

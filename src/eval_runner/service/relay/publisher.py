@@ -1,26 +1,15 @@
 """The answer writer: one warm, authenticated relay connection that every publish shares.
 
-The reference opens a socket per publish (connect, NIP-42, EVENT, OK). On loopback that is a
-handshake and a challenge round trip before each answer, far from the service's ≤ 2 ms refusal
-target, and in production several round trips to Google's front end. `Publisher` keeps one
-connection up instead: publishes are pipelined (each sends its EVENT at once and waits for the `OK`
-carrying its event id), and the runner.md §7.1 rules hold per publish: `OK true` is success,
-`OK false` is `the relay refused <kind>: <msg>`, 20 s bound in all (`the relay didn't answer in
-time`), and an EVENT message over 128,000 bytes never leaves.
-
-Like the listener, it never trusts a quiet socket: it probes its connection every probe period
-(`["REQ","alive-<n>",{"ids":[0…0],"limit":0}]`, a filter that matches nothing, even on relays that
-ignore `limit` 0) and drops a connection whose probe is unanswered at the next tick. A publish whose
-connection died before its `OK` is sent again on the next connection, inside its bound: the same
-signed event has the same id, so a relay that already took it answers `OK` again (`duplicate:`).
-The keeper reconnects at once after losing a connection that was up, then backs off 1 s doubling
-to 60 s; a publish waiting for a connection cuts a back-off short to at most 1 s between attempts.
+A socket per publish (the reference's way) costs a handshake and a challenge round trip before each answer;
+`Publisher` keeps one connection up instead, pipelines publishes on it (each waits for the `OK` carrying its
+event id, runner.md §7.1's rules and 20 s bound), probes it like the listener does, and sends a publish
+again on the next connection when its connection died before the `OK`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -42,6 +31,8 @@ RETRY_FLOOR: Final = 1.0
 NOTHING: Final = Filter(ids=("0" * 64,), limit=0)
 CLOSED_PUBLISHER: Final = "the publisher is closed"
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(slots=True)
 class _Waiter:
@@ -62,7 +53,6 @@ class Publisher:
         bound: float = OPERATION_BOUND,
         connect_within: float = CONNECT_BOUND,
         challenge_wait: float = CHALLENGE_WAIT,
-        log: Callable[[str], None] | None = None,
     ) -> None:
         self.url = url
         self._secret = secret
@@ -70,7 +60,6 @@ class Publisher:
         self._bound = bound
         self._connect_within = connect_within
         self._challenge_wait = challenge_wait
-        self._log = log if log is not None else _silent
         self._connection: RelayConnection | None = None
         self._up = asyncio.Event()
         self._wanted = asyncio.Event()
@@ -178,7 +167,7 @@ class Publisher:
             except (TimeoutError, RelayError) as error:
                 why = str(error) if isinstance(error, RelayError) else TIMED_OUT
                 delay = backoff.next()
-                self._log(f"relay writer: {why}; reconnecting in {delay} s")
+                logger.warning("relay writer: %s; reconnecting in %d s", why, delay)
                 continue
             backoff.reset()
             self.connections += 1
@@ -190,7 +179,7 @@ class Publisher:
             finally:
                 self._lost(connection)
                 connection.dispose()
-            self._log(f"relay writer: {why}; reconnecting")
+            logger.warning("relay writer: %s; reconnecting", why)
             delay = 0.0
 
     async def _pause(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
@@ -276,7 +265,3 @@ class Publisher:
             else:
                 for waiter in waiters:
                     waiter.future.set_exception(RelayError("auth_refused", AUTH_REFUSED))
-
-
-def _silent(_: str) -> None:
-    return None

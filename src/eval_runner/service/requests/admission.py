@@ -1,32 +1,15 @@
 """Admitting an execute request and building its run plan (runner.md §9.5, §10.2–10.3, §11.3–11.4).
 
-Every refusal here is answered before anything is reserved or run, so the checks come in the
-reference's order and each names its code and the reference's words:
-
-1. `target` is this runner's `ext-eval` program, 2. `requirements` grant read and sandbox write only
-   (both `not_admitted`);
-3. the hosted input parses (a limit is `too_large`, `not_admitted` stays, anything else `malformed`;
-   the message keeps the contract error's `<code>: <path>: <text>`);
-4. the admission switch (`<state>/closed`) is open;
-5. a publish, 6. a run's plan: the subject (a catalog tool named by its extension's DefinitionRef or
-   one of its Wasm guests', or the draft's tool: a catalog tool, or one made in chat from a skill and
-   catalog tools), a staging directory, the suite written out from the draft and loaded, its size,
-   the operations its cases ask for, then `check`/`validates`.
-
-Not yet taken (a later issue brings them): published test sets and the publish action. Both are refused
-`not_admitted` with a message that says so; `check` and `validates` need a published suite, so they are
-refused with the reference's own messages. Coder defaults (§12) are not read here either.
-
-A plan owns its staging directory (`eval-runner-suite-*` under the runner's temp root) from the moment
-it is made: a refusal after that point removes it, and whoever runs the plan calls `close()` when done.
-The catalog tool a subject is, when it is one, is named by its NIP-EXT release through an optional
-`tool_release` hook; a failed lookup only logs `<tool name> has no release: <why>`.
+Every refusal here is answered before anything is reserved or run, so the checks come in the reference's
+order, each with its code and words. A plan owns its staging directory from the moment it is made: a
+refusal after that removes it, and whoever runs the plan calls `close()` when done.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import shutil
 import tempfile
@@ -73,6 +56,8 @@ MAX_TESTS: Final = 8
 HOSTED_OPERATIONS: Final = frozenset({Operation.READ, Operation.WRITE})
 
 ToolRelease = Callable[[Tool], Awaitable[EventRef]]
+
+logger = logging.getLogger(__name__)
 
 
 class RefusalError(EvalRunnerError):
@@ -185,7 +170,6 @@ class Admission:
         catalog: Catalog,
         state: Path,
         temp_root: Path,
-        log: Callable[[str], None],
         tool_release: ToolRelease | None = None,
         disk_floor: int = 0,
     ) -> None:
@@ -193,7 +177,6 @@ class Admission:
         self.catalog = catalog
         self.state = state
         self.temp_root = temp_root
-        self._log = log
         self._tool_release = tool_release
         self._disk_floor = disk_floor
         self._short_of_disk = False
@@ -210,12 +193,14 @@ class Admission:
         if short != self._short_of_disk:
             self._short_of_disk = short
             if short:
-                self._log(
-                    f"low disk: {self.state} has {free >> 20} MiB free, below the floor of "
-                    f"{self._disk_floor >> 20} MiB; new runs are refused until there is more"
+                logger.warning(
+                    "low disk: %s has %d MiB free, below the floor of %d MiB; new runs are refused until there is more",
+                    self.state,
+                    free >> 20,
+                    self._disk_floor >> 20,
                 )
             else:
-                self._log(f"disk: {self.state} has {free >> 20} MiB free again; admitting new runs")
+                logger.info("disk: %s has %d MiB free again; admitting new runs", self.state, free >> 20)
         return not short
 
     def check_request(self, body: ExecuteBody) -> HostedInput:
@@ -247,7 +232,7 @@ class Admission:
             try:
                 release = await self._tool_release(plan.tool)
             except Exception as error:  # only logged: the run goes ahead under the bare definition
-                self._log(f"{plan.tool.name} has no release: {error}")
+                logger.warning("%s has no release: %s", plan.tool.name, error)
             else:
                 definition = dataclasses.replace(plan.subject.definition, event=release)
                 plan = dataclasses.replace(plan, subject=dataclasses.replace(plan.subject, definition=definition))

@@ -1,43 +1,110 @@
 """One admitted run, from `queued` to its result at every alias (runner.md §14).
 
-After `accepted`, the pipeline hands the run here: a job record (`running`), progress `queued 0/P`, a
-suite slot (`EVAL_RUNNER_JOBS` at once; a run still waiting when cancelled never starts), the `running`
-log line and progress `running 0/P`, the suite runner with one `running k/P` per finished case run, then
-one outcome: cancelled (the stop switch is set), failed (the suite errored: the quota ticket is given
-back; or the seal failed), or completed (the report sealed in a `3188` published *before* the result).
-Then the job record, the usage record, the terminal observation in the ledger, and the `26920` result
-to every alias of the claim.
-
-Progress notes are each recorded in the ledger before they are sent, in `seq` order, to the claim's
-first execute event; they queue, so a slow relay never holds up the suite. A result is sent only once
-the ledger holds it: what the ledger holds is what every alias, and any later retransmission, gets.
+The pipeline admits a run and hands it a `RunContext`, the collaborators it works with (ledger, answers,
+suite runner, slots, quota, stop switches, usage), so this module needs nothing of the pipeline. Progress
+notes and the result are each recorded in the ledger before they are sent: what the ledger holds is what
+every alias, and any later retransmission, gets.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
-from typing import TYPE_CHECKING
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from eval_runner.contracts.answers import ProgressBody, ResultBody
-from eval_runner.contracts.outputs import MAX_NOTE_CHARS, MAX_NOTES, RunOutput
+from eval_runner.contracts.outputs import MAX_NOTE_CHARS, MAX_NOTES, Headline, RunOutput
 from eval_runner.service.ledger.claims import Claim, Job, LedgerError, ResultConflictError
+from eval_runner.service.ledger.store import Ledger
 from eval_runner.service.requests.admission import InputFacts, RunPlan
 from eval_runner.service.requests.opening import OpenedExecute
-from eval_runner.service.requests.quota import Ticket
-from eval_runner.service.requests.reply import SealError, answer_text
-from eval_runner.service.requests.suites import SuiteError, SuiteResult
+from eval_runner.service.requests.quota import Quota, Ticket
+from eval_runner.service.requests.reply import Answers, SealError, answer_text
+from eval_runner.service.requests.suites import SuiteError, SuiteResult, SuiteRunner
+from eval_runner.service.usage import Record, UsageLog, arrival_time
 
-if TYPE_CHECKING:
-    from eval_runner.service.requests.pipeline import Arrival, Pipeline
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """When a request arrived (unix ms) and how large its ciphertext was: the usage record's clock and size."""
+
+    ms: int
+    bytes_in: int
+
+
+class UsageKeeper:
+    """Appends the one usage record of each answered request (runner.md §19.1); a failure only logs."""
+
+    def __init__(self, usage_log: UsageLog, clock: Callable[[], float] = time.time) -> None:
+        self.usage_log = usage_log
+        self._clock = clock
+
+    def keep(
+        self,
+        opened: OpenedExecute,
+        arrival: Arrival,
+        facts: InputFacts,
+        *,
+        outcome: str,
+        code: str | None = None,
+        tests: int | None = None,
+        turns: int | None = None,
+        verdict: str | None = None,
+        subject_passed: int | None = None,
+        baseline_passed: int | None = None,
+    ) -> None:
+        record = Record(
+            time=arrival_time(arrival.ms),
+            key=opened.principal,
+            request=opened.event.id,
+            action=facts.action,
+            subject=facts.subject,
+            suite=facts.suite,
+            tests=tests,
+            runs=facts.runs,
+            turns=turns,
+            outcome=outcome,
+            code=code,
+            verdict=verdict,
+            subject_passed=subject_passed,
+            baseline_passed=baseline_passed,
+            total_ms=max(0, int(self._clock() * 1000) - arrival.ms),
+            bytes_in=arrival.bytes_in,
+        )
+        self.usage_log.keep(record)
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """What a run works with, shared by every run of one pipeline: the ledger, the answers it sends, the
+    suite runner, the suite slots (`EVAL_RUNNER_JOBS`), the quota, the stop switches by claim key (a cancel
+    sets one), and the usage log."""
+
+    ledger: Ledger
+    answers: Answers
+    suite_runner: SuiteRunner
+    slots: asyncio.Semaphore
+    quota: Quota
+    stops: dict[str, asyncio.Event]
+    usage: UsageKeeper
+
+
+def finished_line(key_name: str, headline: Headline, verdict: str) -> str:
+    """The `finished` log line (runner.md §20): `1 without` when the baseline arm ran, `no baseline` when not."""
+    baseline = "no baseline" if headline.baseline_passed is None else f"{headline.baseline_passed} without"
+    return f"finished {key_name}: {headline.subject_passed} of {headline.total} with the tool, {baseline}, {verdict}"
 
 
 class ProgressStream:
     """A claim's progress notes, in order: each recorded in the ledger (seq 0, 1, …), then sent as a
     `27020` to the claim's first execute event. Notes queue up, so the suite never waits on the relay."""
 
-    def __init__(self, pipeline: Pipeline, claim: Claim, planned: int) -> None:
-        self._pipeline = pipeline
+    def __init__(self, context: RunContext, claim: Claim, planned: int) -> None:
+        self._context = context
         self._claim = claim
         self._planned = planned
         self._seq = 0
@@ -69,17 +136,17 @@ class ProgressStream:
         self._worker.cancel()
 
     async def _send_all(self) -> None:
-        pipeline, claim = self._pipeline, self._claim
+        context, claim = self._context, self._claim
         while (item := await self._queue.get()) is not None:
             status, completed = item
             try:
-                await asyncio.to_thread(pipeline.ledger.record_progress, claim.key, self._seq, status)
+                await asyncio.to_thread(context.ledger.record_progress, claim.key, self._seq, status)
             except LedgerError as error:
-                pipeline.log(f"ledger: {error}")
+                logger.error("ledger: %s", error)
                 continue
             body = ProgressBody(claim.binding, self._seq, status, min(max(completed, 0), self._planned), self._planned)
             self._seq += 1
-            await pipeline.answers.feedback(claim.principal, claim.execute_event, body.to_json())
+            await context.answers.feedback(claim.principal, claim.execute_event, body.to_json())
 
 
 def hosted_notes(notes: tuple[str, ...]) -> tuple[str, ...]:
@@ -92,7 +159,7 @@ class HostedRun:
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        context: RunContext,
         opened: OpenedExecute,
         arrival: Arrival,
         plan: RunPlan,
@@ -100,7 +167,7 @@ class HostedRun:
         ticket: Ticket,
         stop: asyncio.Event,
     ) -> None:
-        self.pipeline = pipeline
+        self.context = context
         self.opened = opened
         self.arrival = arrival
         self.plan = plan
@@ -121,29 +188,33 @@ class HostedRun:
         )
 
     async def run(self) -> None:
-        progress = ProgressStream(self.pipeline, self.claim, self.plan.turns)
+        progress = ProgressStream(self.context, self.claim, self.plan.turns)
         try:
             await self._run(progress)
         finally:
             progress.cancel()
             self.plan.close()
-            self.pipeline.stops.pop(self.claim.key, None)
+            self.context.stops.pop(self.claim.key, None)
 
     async def _run(self, progress: ProgressStream) -> None:
-        pipeline, claim, plan = self.pipeline, self.claim, self.plan
+        context, claim, plan = self.context, self.claim, self.plan
         await self._save_job(self.job)
         progress.note("queued", 0)
         suite: SuiteResult | None = None
         failure: str | None = None
         if await self._slot():
             try:
-                pipeline.log(
-                    f"running {claim.key_name} for {claim.principal[:12]}: {plan.tests} tests, "
-                    f"{plan.runs} runs per arm{_suffix(plan.action)}"
+                logger.info(
+                    "running %s for %s: %d tests, %d runs per arm%s",
+                    claim.key_name,
+                    claim.principal[:12],
+                    plan.tests,
+                    plan.runs,
+                    _suffix(plan.action),
                 )
                 progress.note("running", 0)
-                base = await asyncio.to_thread(pipeline.ledger.results_base, claim.key)
-                suite = await pipeline.suite_runner.run(
+                base = await asyncio.to_thread(context.ledger.results_base, claim.key)
+                suite = await context.suite_runner.run(
                     plan, progress=progress.completed, cancel=self.stop, results_base=base
                 )
             except (SuiteError, LedgerError) as error:
@@ -151,14 +222,14 @@ class HostedRun:
             except Exception as error:  # a suite runner's bug fails the run rather than keep the slot
                 failure = f"{type(error).__name__}: {error}"
             finally:
-                pipeline.slots.release()
+                context.slots.release()
         await progress.close()
         if self.stop.is_set() or (suite is not None and suite.cancelled):
             await self._cancelled(suite)
         elif failure is not None or suite is None:
             why = failure if failure is not None else "the suite runner returned nothing"
-            pipeline.log(f"run {claim.key_name} failed: {why}")
-            await asyncio.to_thread(pipeline.quota.give_back, self.ticket)
+            logger.warning("run %s failed: %s", claim.key_name, why)
+            await asyncio.to_thread(context.quota.give_back, self.ticket)
             await self._failed(why, suite)
         else:
             await self._completed(suite)
@@ -167,7 +238,7 @@ class HostedRun:
         """A suite slot, or False when the stop switch is set first (the run then never starts)."""
         if self.stop.is_set():
             return False
-        acquire = asyncio.ensure_future(self.pipeline.slots.acquire())
+        acquire = asyncio.ensure_future(self.context.slots.acquire())
         stopped = asyncio.ensure_future(self.stop.wait())
         try:
             await asyncio.wait({acquire, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -182,7 +253,7 @@ class HostedRun:
                 raise
             return False
         if self.stop.is_set():
-            self.pipeline.slots.release()
+            self.context.slots.release()
             return False
         return True
 
@@ -198,24 +269,20 @@ class HostedRun:
         await self._finish("failed", ResultBody.failed(self.claim.binding, self.claim.record, why))
 
     async def _completed(self, suite: SuiteResult) -> None:
-        pipeline, claim = self.pipeline, self.claim
+        claim = self.claim
         try:
-            sealed = await pipeline.answers.seal(
+            sealed = await self.context.answers.seal(
                 claim.principal, claim.mailbox, suite.report, suite.report_ref, claim.retain_until
             )
         except SealError as error:
-            pipeline.log(f"run {claim.key_name} failed: {error}")
+            logger.warning("run %s failed: %s", claim.key_name, error)
             await self._failed(str(error), suite)
             return
         results = None if suite.results is None else str(suite.results)
         job = replace(self.job, status="completed", results=results, report=suite.report_ref, sealed=sealed)
         await self._save_job(job)
         headline = suite.headline
-        baseline = "None" if headline.baseline_passed is None else f"Some({headline.baseline_passed})"
-        pipeline.log(
-            f"finished {claim.key_name}: {headline.subject_passed} of {headline.total} with the tool, "
-            f"{baseline} without, {suite.verdict}"
-        )
+        logger.info(finished_line(claim.key_name, headline, suite.verdict))
         output = RunOutput(suite.report_ref, sealed, headline, suite.verdict, hosted_notes(suite.notes))
         await self._finish(
             "completed",
@@ -227,9 +294,9 @@ class HostedRun:
 
     async def _save_job(self, job: Job) -> None:
         try:
-            await asyncio.to_thread(self.pipeline.ledger.save_job, job)
+            await asyncio.to_thread(self.context.ledger.save_job, job)
         except LedgerError as error:
-            self.pipeline.log(f"ledger: {error}")
+            logger.error("ledger: %s", error)
 
     async def _finish(
         self,
@@ -241,8 +308,8 @@ class HostedRun:
         baseline_passed: int | None = None,
     ) -> None:
         """Usage record, the terminal observation in the ledger, then the result to every alias (§14 step 9)."""
-        pipeline, claim, plan = self.pipeline, self.claim, self.plan
-        pipeline.keep_usage(
+        context, claim, plan = self.context, self.claim, self.plan
+        context.usage.keep(
             self.opened,
             self.arrival,
             self.facts,
@@ -254,21 +321,21 @@ class HostedRun:
             subject_passed=subject_passed,
             baseline_passed=baseline_passed,
         )
-        pipeline.stops.pop(claim.key, None)
+        context.stops.pop(claim.key, None)
         try:
             stored: str | None = await asyncio.to_thread(
-                pipeline.ledger.finish, claim.key, outcome, answer_text(result.to_json())
+                context.ledger.finish, claim.key, outcome, answer_text(result.to_json())
             )
         except ResultConflictError as error:
-            pipeline.log(f"result for {claim.key_name}: {error.message}")
+            logger.warning("result for %s: %s", claim.key_name, error.message)
             stored = None
         except LedgerError as error:  # not durable, so not sent: a retransmission gets what the ledger holds
-            pipeline.log(f"ledger: {error}")
+            logger.error("ledger: %s", error)
             return
         try:
-            settled = await asyncio.to_thread(pipeline.ledger.lookup, claim.key)
+            settled = await asyncio.to_thread(context.ledger.lookup, claim.key)
         except LedgerError as error:
-            pipeline.log(f"ledger: {error}")
+            logger.error("ledger: %s", error)
             return
         if settled is None:
             return
@@ -276,7 +343,7 @@ class HostedRun:
         if payload is None:
             return
         for alias in settled.aliases:
-            await pipeline.answers.result(claim.principal, alias, payload)
+            await context.answers.result(claim.principal, alias, payload)
 
 
 def _suffix(action: str) -> str:

@@ -1,49 +1,18 @@
 """The request pipeline: every delivered `25920`, from the relay to its last answer (runner.md §9, §14).
 
-`Pipeline.handle` is the listener's `deliver` callback. It goes, in the spec's order:
-
-1. seen-id dedupe (the last 1,024 ids), before anything else;
-2. open (`service.opening`): what can't be proven is dropped, logged, never answered;
-3. controls (status, replay, cancel) from the original signer only, answered e-tagged to the control;
-4. retransmission: the same key with another fingerprint is refused `idempotency_conflict`; with the
-   same fingerprint the event becomes an alias, answered from the record if the run has ended (no
-   rerun, no usage record), otherwise later, with every other alias;
-5. admission and the plan (`service.admission`), 6. quota, 7. the ledger's reservation, durable root,
-   acknowledgement and dispatch intent, all committed before `accepted` is sent;
-8. the run (`service.hosted_run`): progress `queued 0/P`, a suite slot, `running 0/P`, one `running k/P`
-   per finished case run, the suite runner, the sealed `3188` published before the `26920` result,
-   which goes to every alias of the claim.
-
-Every request answered, admitted or refused, is one usage record; drops, duplicates, retransmissions
-answered from the ledger and controls are not. Ledger calls fsync, so they run in a thread (a request's lookup
-runs on the loop when no write holds the ledger, as it takes microseconds). Log lines
-are §20's; none carries a key or a token.
-
-The suite runner is the engine's (being integrated separately): the pipeline only depends on the
-`SuiteRunner` protocol (`service.suite_runner`, re-exported here with `SuiteResult` and `SuiteError`).
-
-Decisions where the spec is silent:
-
-* A cancel sets the run's stop switch once the ledger has recorded it, whether or not the relay took
-  the `cancel_result` (the reference ties it to "the answer succeeded"; the trainer asked either way).
-  A run still waiting for a suite slot when cancelled never starts; it ends `cancelled` like one stopped
-  mid-run. A stop switch set when the suite runner returns or fails makes the outcome `cancelled`.
-* A request whose claim was settled by a cancel between reservation and dispatch intent is answered
-  with that stored result, not with a refusal.
-* A suite runner that raises anything but `SuiteError` fails the run the same way (message = the
-  exception's type and text), so a bug never leaves a claim holding its slot.
-* Control refusals are logged `refused …` like any refusal (still no usage record).
-* Planning that fails on something other than a refusal (a bug, an unexpected I/O error) is logged
-  `planning <id12> failed: …` and refused `unavailable` with a plain message, so the phone is answered.
+`Pipeline.handle` is the listener's `deliver` callback. In the spec's order: seen-id dedupe, opening (what
+can't be proven is dropped, never answered), controls, retransmissions, admission and the plan, quota, and
+the ledger's reservation, committed before `accepted` is sent; then the run goes to `hosted_run` with a
+`RunContext`. Every request answered, admitted or refused, is one usage record.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from eval_runner.contracts.answers import ResultBody
@@ -56,13 +25,12 @@ from eval_runner.service.ledger.claims import CONFLICT_MESSAGE, Claim, LedgerErr
 from eval_runner.service.ledger.store import Ledger
 from eval_runner.service.requests.admission import (
     Admission,
-    InputFacts,
     RefusalError,
     RunPlan,
     ToolRelease,
     input_facts,
 )
-from eval_runner.service.requests.hosted_run import HostedRun
+from eval_runner.service.requests.hosted_run import Arrival, HostedRun, RunContext, UsageKeeper
 from eval_runner.service.requests.opening import (
     DropError,
     OpenedControl,
@@ -74,20 +42,14 @@ from eval_runner.service.requests.opening import (
 from eval_runner.service.requests.quota import OverQuotaError, Quota, Ticket
 from eval_runner.service.requests.reply import Answers, EventPublisher
 from eval_runner.service.requests.suites import Progress, SuiteError, SuiteResult, SuiteRunner
-from eval_runner.service.usage import Record, UsageLog, arrival_time
+from eval_runner.service.usage import UsageLog
 
 CONTROL_NOT_FOUND = "no run of yours matches this control"
 UNDISPATCHED = "the claim couldn't be dispatched"
 UNPLANNED = "the runner couldn't plan this run; try again later"
 T = TypeVar("T")
 
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """When a request arrived (unix ms) and how large its ciphertext was: the usage record's clock and size."""
-
-    ms: int
-    bytes_in: int
+logger = logging.getLogger(__name__)
 
 
 class Pipeline:
@@ -104,7 +66,6 @@ class Pipeline:
         quota: Quota,
         usage: UsageLog,
         limits: Limits,
-        log: Callable[[str], None],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.runner = secret.public_key().to_hex()
@@ -115,13 +76,21 @@ class Pipeline:
         self.quota = quota
         self.usage = usage
         self.limits = limits
-        self.log = log
         self.clock = clock
         self._keys = ConversationKeys()
-        self.answers = Answers(secret, publisher, log=log, keys=self._keys, clock=clock)
+        self.answers = Answers(secret, publisher, keys=self._keys, clock=clock)
         self._seen = SeenIds()
-        self.slots = asyncio.Semaphore(limits.jobs)
         self.stops: dict[str, asyncio.Event] = {}
+        self._usage = UsageKeeper(usage, clock)
+        self._context = RunContext(
+            ledger=ledger,
+            answers=self.answers,
+            suite_runner=suite_runner,
+            slots=asyncio.Semaphore(limits.jobs),
+            quota=quota,
+            stops=self.stops,
+            usage=self._usage,
+        )
         self._tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -134,8 +103,8 @@ class Pipeline:
         catalog: Catalog,
         suite_runner: SuiteRunner,
         publisher: EventPublisher,
-        log: Callable[[str], None],
         tool_release: ToolRelease | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> Pipeline:
         """The pipeline `serve` runs: state, temp root, quota, usage log and limits from the configuration."""
         runner = secret.public_key().to_hex()
@@ -147,16 +116,15 @@ class Pipeline:
                 catalog=catalog,
                 state=config.state,
                 temp_root=config.temp_root,
-                log=log,
                 tool_release=tool_release,
                 disk_floor=config.disk.floor,
             ),
             suite_runner=suite_runner,
             publisher=publisher,
-            quota=Quota(config.quota_file, log=log),
+            quota=Quota(config.quota_file),
             usage=UsageLog(config.usage_dir),
             limits=config.limits,
-            log=log,
+            clock=clock,
         )
 
     # -- the way in ----------------------------------------------------------------------------
@@ -171,7 +139,7 @@ class Pipeline:
         except DropError as error:
             if error.verified:
                 self._seen.remember(event.id)
-            self.log(drop_line(event.id, error.reason))
+            logger.info(drop_line(event.id, error.reason))
             return
         self._seen.remember(event.id)
         if isinstance(opened, OpenedControl):
@@ -218,7 +186,7 @@ class Pipeline:
             else:
                 answer = (await self._ledger(self.ledger.request_cancel, claim.key, body.reason)).to_json()
         except LedgerError as error:
-            self.log(f"refused {opened.event.id[:12]} from {opened.principal[:12]}: {error.code}: {error.message}")
+            logger.info(refused_line(opened.event.id, opened.principal, error.code, error.message))
             refusal = ResultBody.refused(Binding(body.request, body.attempt, ""), error.code, error.message)
             await self.answers.result(opened.principal, opened.event.id, refusal.to_json())
             return
@@ -227,7 +195,7 @@ class Pipeline:
             stop = self.stops.get(claim.key)
             if stop is not None and not stop.is_set():
                 stop.set()
-                self.log(f"cancelling {claim.key_name}")
+                logger.info("cancelling %s", claim.key_name)
 
     # -- executes (§9.4–9.7) -------------------------------------------------------------------
 
@@ -237,7 +205,7 @@ class Pipeline:
         try:
             existing = await self._lookup(key)
         except LedgerError as error:
-            self.log(f"ledger: {error}")
+            logger.error("ledger: %s", error)
             await self.refuse(opened, arrival, Code.UNAVAILABLE, error.message)
             return
         if existing is not None:
@@ -249,7 +217,7 @@ class Pipeline:
             await self.refuse(opened, arrival, refusal.code, refusal.message)
             return
         except Exception as error:  # a bug in planning must not leave the phone waiting for an answer
-            self.log(f"planning {opened.event.id[:12]} failed: {type(error).__name__}: {error}")
+            logger.error("planning %s failed: %s: %s", opened.event.id[:12], type(error).__name__, error)
             await self.refuse(opened, arrival, Code.UNAVAILABLE, UNPLANNED)
             return
         admitted = False
@@ -266,7 +234,7 @@ class Pipeline:
         try:
             claim = await self._ledger(self.ledger.add_alias, claim.key, opened.event.id)
         except LedgerError as error:
-            self.log(f"ledger: {error}")
+            logger.error("ledger: %s", error)
             return
         if claim.result is not None:
             await self.answers.result(opened.principal, opened.event.id, claim.result)
@@ -312,7 +280,7 @@ class Pipeline:
         except LedgerError:
             return await self._undispatched(opened, arrival, ticket, key, UNDISPATCHED)
         await self.answers.feedback(opened.principal, opened.event.id, accepted.to_json())
-        run = HostedRun(self, opened, arrival, plan, prepared, ticket, stop)
+        run = HostedRun(self._context, opened, arrival, plan, prepared, ticket, stop)
         task = asyncio.get_running_loop().create_task(run.run())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -328,11 +296,11 @@ class Pipeline:
             await self._ledger(self.ledger.rollback, key)
             claim = await self._ledger(self.ledger.lookup, key)
         except LedgerError as failure:
-            self.log(f"ledger: {failure}")
+            logger.error("ledger: %s", failure)
             claim = None
         if claim is not None and claim.result is not None:  # settled by a cancel before dispatch
             facts = input_facts(opened.body.input)
-            self.keep_usage(opened, arrival, facts, outcome=claim.outcome or "cancelled")
+            self._usage.keep(opened, arrival, facts, outcome=claim.outcome or "cancelled")
             await self.answers.result(opened.principal, opened.event.id, claim.result)
             return False
         await self.refuse(opened, arrival, Code.UNAVAILABLE, reason)
@@ -342,51 +310,22 @@ class Pipeline:
 
     async def refuse(self, opened: OpenedExecute, arrival: Arrival, code: Code, message: str) -> None:
         """Log, record and answer a refusal of an execute request."""
-        self.log(f"refused {opened.event.id[:12]} from {opened.principal[:12]}: {code}: {message}")
-        self.keep_usage(opened, arrival, input_facts(opened.body.input), outcome="refused", code=code.value)
+        logger.info(refused_line(opened.event.id, opened.principal, code, message))
+        self._usage.keep(opened, arrival, input_facts(opened.body.input), outcome="refused", code=code.value)
         refusal = ResultBody.refused(opened.body.binding, code, message)
         await self.answers.result(opened.principal, opened.event.id, refusal.to_json())
 
-    def keep_usage(
-        self,
-        opened: OpenedExecute,
-        arrival: Arrival,
-        facts: InputFacts,
-        *,
-        outcome: str,
-        code: str | None = None,
-        tests: int | None = None,
-        turns: int | None = None,
-        verdict: str | None = None,
-        subject_passed: int | None = None,
-        baseline_passed: int | None = None,
-    ) -> None:
-        """Append one usage record (a failure only logs `usage log: …`)."""
-        record = Record(
-            time=arrival_time(arrival.ms),
-            key=opened.principal,
-            request=opened.event.id,
-            action=facts.action,
-            subject=facts.subject,
-            suite=facts.suite,
-            tests=tests,
-            runs=facts.runs,
-            turns=turns,
-            outcome=outcome,
-            code=code,
-            verdict=verdict,
-            subject_passed=subject_passed,
-            baseline_passed=baseline_passed,
-            total_ms=max(0, int(self.clock() * 1000) - arrival.ms),
-            bytes_in=arrival.bytes_in,
-        )
-        self.usage.keep(record, self.log)
+
+def refused_line(event_id: str, principal: str, code: Code, message: str) -> str:
+    """The `refused` log line (runner.md §20)."""
+    return f"refused {event_id[:12]} from {principal[:12]}: {code}: {message}"
 
 
 __all__ = [
     "Arrival",
     "Pipeline",
     "Progress",
+    "RunContext",
     "SuiteError",
     "SuiteResult",
     "SuiteRunner",

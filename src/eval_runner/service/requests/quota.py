@@ -1,28 +1,19 @@
 """The day's counts and the emergency brake (runner.md §18).
 
-There is no usage limit by default (seed-eval-runner.md, "Bounds and usage"): with neither brake set
-`Quota.take` never refuses. It still counts every admitted run and its agent turns per UTC day, in
-`<state>/quota.json`, so a brake an operator sets mid-day starts from the day's real counts and holds across
-a restart. A run takes one of its trainer's runs and `tests × runs × 2` turns; a check (a rerun of someone
-else's published result) takes turns but never a run. A run refused after its take gives the ticket back.
-
-The counts live in memory, guarded by a lock, and every change is saved with the same lock held, so the
-file never goes back in time; saving writes a uniquely named private temporary file in the same directory,
-flushes it and renames it over `quota.json`, so a reader never sees a torn file. A failed save only logs
-(`quota: <path>: <error>`): the brake still holds for this process. One runner owns a state directory,
-so the file is read once, at start; a file that does not read as a day's counts starts the day empty and
-says so in the same line shape.
+There is no usage limit by default: with neither brake set `Quota.take` never refuses. It still counts every
+admitted run and its agent turns per UTC day in `<state>/quota.json`, saved atomically on every change, so a
+brake an operator sets mid-day starts from the day's real counts and holds across a restart.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
-import sys
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -37,6 +28,8 @@ DAY_SECONDS: Final = 86_400
 BRAKED: Final = "the hosted runner can't take this run right now; try again later"
 
 OVER_QUOTA: Final = "over_quota"
+
+logger = logging.getLogger(__name__)
 
 
 class OverQuotaError(EvalRunnerError):
@@ -82,16 +75,11 @@ def day_of(now: float) -> int:
     return int(now) // DAY_SECONDS
 
 
-def _log_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 class Quota:
     """The counts, kept in `path` (`<state>/quota.json`). Safe to call from several threads."""
 
-    def __init__(self, path: Path, *, log: Callable[[str], None] = _log_stderr) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self._log = log
         self._lock = threading.Lock()
         self._day = self._load()
 
@@ -143,11 +131,11 @@ class Quota:
             return DayCounts(0)
         except (OSError, UnicodeDecodeError) as error:
             why = os_error_text(error) if isinstance(error, OSError) else "not UTF-8"
-            self._log(f"quota: {self.path}: {why}")
+            logger.warning("quota: %s: %s", self.path, why)
             return DayCounts(0)
         counts = _parse(text)
         if counts is None:
-            self._log(f"quota: {self.path}: not a day's counts; starting from none")
+            logger.warning("quota: %s: not a day's counts; starting from none", self.path)
             return DayCounts(0)
         return counts
 
@@ -155,7 +143,7 @@ class Quota:
         try:
             write_atomic(self.path, self._day.to_json().encode("utf-8"))
         except OSError as error:
-            self._log(f"quota: {self.path}: {os_error_text(error)}")
+            logger.warning("quota: %s: %s", self.path, os_error_text(error))
 
 
 def _count(value: object) -> int | None:

@@ -1,23 +1,14 @@
 """What the runner sends: answers (27020 feedback, 26920 results) and the sealed report (3188).
 
-Every answer is one event signed by the runner, its content the NIP-44 v2 encryption of the answer's
-compact JSON under the conversation key of the runner and the recipient, `created_at` now, and tags
-exactly `["p", <recipient>]`, `["e", <the event answered>]` (runner.md §9.9, wire.md §9–§10). The JSON
-is JCS (compact, and the form the ledger stores a result in), so a stored result goes out byte for byte
-to every alias. Plaintexts stay within NIP-44's standard 65,535 bytes so any phone library can read
-them. A recipient that is not an x-only key is skipped silently; a publish that fails is logged
-`answer to <id12>: <error>` and reported as False, never raised: a lost answer is recovered by a
-retransmission, which the ledger answers.
-
-The sealed report is a `3188` private artifact envelope (wire.md §15, runner.md §14.1): tags exactly
-`["p", T]`, `["h", <claim mailbox>]`, `["t", "oa:artifact:v1"]`; content the NIP-44 encryption to T of
-the envelope body's JCS bytes, whose `inline` is the report itself. Sealing failures raise
-`SealError` with the runner's wording (`sealing the report: …`, `publishing the sealed report: …`),
-which the run turns into a failed result.
+Every answer is one signed event whose content is the NIP-44 encryption of the answer's JCS text to its
+recipient (runner.md §9.9, wire.md §9–§10), so a stored result goes out byte for byte to every alias. A
+failed answer is only logged (`answer to <id12>: <error>`): a retransmission gets it from the ledger. A
+failed seal raises `SealError`, which fails the run.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Final, Protocol
@@ -33,6 +24,8 @@ from eval_runner.nostr.nip44 import STANDARD_MAX_PLAINTEXT
 
 FEEDBACK_KIND: Final = 27_020
 RESULT_KIND: Final = 26_920
+
+logger = logging.getLogger(__name__)
 
 
 class EventPublisher(Protocol):
@@ -103,13 +96,11 @@ class Answers:
         secret: SecretKey,
         publisher: EventPublisher,
         *,
-        log: Callable[[str], None],
         keys: ConversationKeys | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._secret = secret
         self._publisher = publisher
-        self._log = log
         self._keys = keys if keys is not None else ConversationKeys()
         self._clock = clock
         self.runner = secret.public_key().to_hex()
@@ -124,7 +115,7 @@ class Answers:
             event = answer_event(self._secret, kind, to, event_id, payload, int(self._clock()), self._keys)
             await self._publisher.publish(event)
         except Exception as error:  # a relay error, an oversize answer: logged, the ledger still holds the answer
-            self._log(f"answer to {event_id[:12]}: {error}")
+            logger.warning("answer to %s: %s", event_id[:12], error)
             return False
         return True
 

@@ -1,8 +1,9 @@
-"""The engine's side of a hosted run, as the pipeline sees it: the `SuiteRunner` protocol and its result.
+"""The suites the pipeline runs: the `SuiteRunner` protocol it depends on, and the engine's runner behind it.
 
-The suite runner is the engine's (`engine.suite_run`); the service depends only on this protocol, so
-either side can change without the other, and tests stand a runner in. `service.pipeline` re-exports
-these names.
+The pipeline knows only `SuiteRunner` (a test stands one in); `EngineSuiteRunner` is the one `serve` hands
+it: per admitted plan it builds the engine's `SuitePlan` from the plan and the configuration, runs it in
+the engine's sandboxes, and maps what ends to a `SuiteResult` (anything the engine raises becomes
+`SuiteError`, so the run fails plainly and its quota is given back).
 """
 
 from __future__ import annotations
@@ -11,12 +12,26 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 from eval_runner.contracts.outputs import Headline
 from eval_runner.contracts.refs import ArtifactRef
+from eval_runner.engine.grade.doors import JevDecisionDoor, OpenResponsesJudge, decision_pin
+from eval_runner.engine.grade.votes import Doors
+from eval_runner.engine.run.sandbox import Confinement, Limits, Unconfined
+from eval_runner.engine.suite_run import (
+    DoorSettings,
+    Finished,
+    ProgressEvent,
+    SuiteAuthor,
+    SuitePlan,
+    run_suite,
+)
 from eval_runner.errors import EvalRunnerError
+from eval_runner.service.config import Config, DecisionPin, JevDoorKind, os_error_text
 from eval_runner.service.requests.admission import RunPlan
+
+# --- what the pipeline depends on ---------------------------------------------------------------------
 
 
 class SuiteError(EvalRunnerError):
@@ -53,3 +68,134 @@ class SuiteRunner(Protocol):
     async def run(
         self, plan: RunPlan, *, progress: Progress, cancel: asyncio.Event, results_base: Path
     ) -> SuiteResult: ...
+
+
+# --- the engine's runner ------------------------------------------------------------------------------
+
+QUESTION_SUFFIX: Final = ".json"
+
+
+class QuestionsError(EvalRunnerError):
+    """The question sets could not be read (`EVAL_RUNNER_QUESTIONS`); `str()` names the file."""
+
+
+def load_questions(directory: Path | None) -> tuple[tuple[str, bytes], ...]:
+    """Every regular `*.json` file directly in `directory`, sorted by path, as (file name, bytes)
+    (runner.md §6 step 2). None (the variable unset) is no question sets."""
+    if directory is None:
+        return ()
+    try:
+        paths = sorted(path for path in directory.iterdir() if path.suffix == QUESTION_SUFFIX and path.is_file())
+        return tuple((path.name, path.read_bytes()) for path in paths)
+    except OSError as error:
+        where = error.filename if error.filename is not None else directory
+        raise QuestionsError(f"EVAL_RUNNER_QUESTIONS {where}: {os_error_text(error)}") from None
+
+
+def decision_door(pin: DecisionPin | None) -> JevDecisionDoor | None:
+    """The decision door of the configuration's pin (runner.md §2.2), or None without one."""
+    if pin is None:
+        return None
+    keys = {door.kind: door.key.expose() for door in pin.doors}
+    return decision_pin(
+        keys[JevDoorKind.TYPESAFE],
+        typesafe_url=pin.typesafe.door,
+        gateway_key=keys.get(JevDoorKind.GATEWAY),
+        openrouter_key=keys.get(JevDoorKind.OPENROUTER),
+    )
+
+
+class EngineSuiteRunner:
+    """Runs admitted plans in the engine's sandboxes (the `SuiteRunner` the pipeline calls)."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        confinement: Confinement | Unconfined,
+        questions: tuple[tuple[str, bytes], ...],
+        extra_secrets: tuple[str, ...] = (),
+        doors: Doors | None = None,
+    ) -> None:
+        self.config = config
+        self.confinement = confinement
+        self.questions = questions
+        self._secrets = tuple(dict.fromkeys((*config.secrets(), *extra_secrets)))
+        door = config.door
+        self.door = DoorSettings(door.url, door.key.expose(), door.model)
+        if doors is None:
+            doors = Doors(
+                decision=decision_door(config.decision),
+                judge=OpenResponsesJudge(door.url, door.key.expose(), door.model),
+            )
+        self.doors = doors
+
+    def suite_plan(self, plan: RunPlan, results_base: Path) -> SuitePlan:
+        """The engine's plan for an admitted run."""
+        authorship = plan.authorship
+        return SuitePlan(
+            suite=plan.suite,
+            subject=plan.subject,
+            agent=self.config.coder,
+            door=self.door,
+            author=SuiteAuthor(
+                author=authorship.author,
+                package=authorship.package,
+                component=authorship.component,
+                evaluator=authorship.evaluator,
+                suite_release=authorship.suite_release,
+                subject_release=plan.subject.definition.event,
+                requester=authorship.requester,
+            ),
+            temp_root=self.config.temp_root,
+            results_base=results_base,
+            runs=plan.runs,
+            concurrency=self.config.limits.concurrency,
+            questions=self.questions,
+            subject_definition=None if plan.tool is None else plan.tool.record,
+            host=self.config.hostname,
+            hosted=True,
+            extra_secrets=tuple(secret for secret in self._secrets if secret != self.door.key),
+            hidden=(self.config.state,),
+            limits=Limits(disk=self.config.disk.run),
+        )
+
+    async def run(self, plan: RunPlan, *, progress: Progress, cancel: asyncio.Event, results_base: Path) -> SuiteResult:
+        finished = 0
+
+        async def on_progress(event: ProgressEvent) -> None:
+            nonlocal finished
+            if isinstance(event, Finished):
+                finished += 1
+                step = progress(finished)
+                if step is not None:
+                    await step
+
+        try:
+            outcome = await run_suite(
+                self.suite_plan(plan, results_base),
+                confinement=self.confinement,
+                doors=self.doors,
+                on_progress=on_progress,
+                cancel=cancel,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the engine's typed errors and anything else: the run fails, plainly
+            raise SuiteError(_plain(error)) from error
+        built = outcome.built
+        headline = built.report.ext_eval.headline
+        return SuiteResult(
+            report=built.report_bytes,
+            report_ref=built.report_ref,
+            headline=Headline(headline.subject_passed, headline.baseline_passed, headline.total),
+            verdict=built.verdict.value,
+            notes=built.notes,
+            results=outcome.results_dir,
+            cancelled=outcome.cancelled,
+        )
+
+
+def _plain(error: Exception) -> str:
+    text = str(error)
+    return text if text else type(error).__name__
