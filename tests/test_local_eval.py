@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from eval_runner.contracts.report import Report
+from eval_runner.engine.report.inputs import StandIn
+from eval_runner.engine.report.view import STAND_INS_KEY
 from eval_runner.engine.run.collect import remove_tree
-from eval_runner.engine.suite_run import DoorSettings, ProgressEvent
+from eval_runner.engine.suite_run import DoorSettings, Finished, ProgressEvent
 from eval_runner.engine.testset.catalog import LOCAL_KEY, resolve_extension
 from eval_runner.local_eval import (
     DEFAULT_KEY_ENV,
@@ -34,6 +36,7 @@ from eval_runner.local_eval import (
 from tests.support.paths import EXAMPLE
 
 KEY = "local-eval-test-door-key-5c1e"
+KEYED = {DEFAULT_KEY_ENV: KEY}
 
 
 @pytest.fixture
@@ -96,6 +99,19 @@ def test_with_nothing_given_the_stand_ins_are_used_and_said(tmp_path: Path) -> N
     said = " ".join(local.notices)
     for words in ("stand-in agent", "EVAL_RUNNER_CODER", "offline stand-in", "--door-url URL --door-key-env NAME"):
         assert words in said
+    assert local.stand_ins == {StandIn.AGENT, StandIn.DOOR}
+    assert local.plan(DoorSettings("http://127.0.0.1:1", KEY, local.model), tmp_path).stand_ins == local.stand_ins
+
+
+def test_the_stand_in_agent_is_named_a_stand_in_however_it_is_given(tmp_path: Path) -> None:
+    by_env = prepare(options(door_url="http://127.0.0.1:9"), {"EVAL_RUNNER_CODER": str(STAND_IN_AGENT), **KEYED})
+    assert by_env.stand_ins == {StandIn.AGENT}
+    link = tmp_path / "coder"
+    link.symlink_to(STAND_IN_AGENT)
+    by_flag = prepare(options(agent=link), env())
+    assert by_flag.stand_ins == {StandIn.AGENT, StandIn.DOOR}
+    real = prepare(options(agent=executable(tmp_path / "real"), door_url="http://127.0.0.1:9"), KEYED)
+    assert real.stand_ins == frozenset()
 
 
 def test_the_agent_and_model_come_from_the_environment(tmp_path: Path) -> None:
@@ -240,6 +256,11 @@ async def test_a_run_through_the_stand_in_door_grades_both_arms(tmp_path: Path, 
     assert report.ext_eval.reliance is not None
     assert report.ext_eval.reliance.runner is None  # hosted = False
     assert report.evaluator == LOCAL_KEY
+    assert report.meta_extra[STAND_INS_KEY] == ["agent", "door"]
+    # What the terminal's wall time covers: the suite, and the setup before it, measured apart.
+    assert outcome.seconds is not None
+    assert outcome.setup_seconds is not None
+    assert outcome.seconds >= max(event.seconds for event in finished if isinstance(event, Finished))
     assert list(temp_base.iterdir()) == []
 
 

@@ -1,14 +1,9 @@
 """`eval-runner demo`: the whole hosted path on this computer, with no configuration and no network.
 
-It starts what production has, in one process: the runner (`service.serve`) with its embedded relay,
-the example extension `examples/codebase-brief` as the catalog, the stand-in agent and an offline stand-in
-door (the two parts a real deployment replaces, because they are a model and an agent we do not control);
-then a trainer key sends one hosted run over the relay exactly as a phone would (signed 25920, NIP-44),
-follows its progress, opens the sealed report and prints the verdict table and where the report is.
-
-State goes to `$EVAL_RUNNER_STATE` when set, else a new directory under the temp dir, kept afterwards so a
-person can open the report; the sandboxes' temp root is a short directory under /tmp (Unix socket paths
-are at most 107 bytes) that the sandbox user can reach, removed afterwards.
+One process starts what production has (the runner with its embedded relay, the example extension as the
+catalog) with the two parts a deployment replaces, the agent and the model door, as stand-ins; a trainer
+key then sends one hosted run over the relay as a phone would and shows the verdict, marked as a
+stand-in result, and where the report is. State is kept afterwards so a person can open the report.
 """
 
 from __future__ import annotations
@@ -25,9 +20,11 @@ from pathlib import Path
 from rich.console import Console
 
 from eval_runner import stand_ins
-from eval_runner.cli.trainer import RunView, show_run
+from eval_runner.cli.trainer import RunView, report_view, show_run
+from eval_runner.engine.report.inputs import StandIn
 from eval_runner.engine.run.collect import remove_tree
 from eval_runner.errors import EvalRunnerError
+from eval_runner.logs import lines_to
 from eval_runner.nostr import SecretKey
 from eval_runner.service.config import Config, ConfigError
 from eval_runner.service.keyfile import load_key
@@ -42,6 +39,8 @@ AGENT = stand_ins.AGENT
 RUNS = 3
 START_SECONDS = 60.0
 RUN_SECONDS = 600.0
+#: What the demo's result rests on that is not real, said beside its verdict.
+STAND_INS = frozenset({StandIn.AGENT, StandIn.DOOR})
 
 OFFLINE_WORDS = (
     "This demo runs offline: the model door is a stand-in that answers from a fixed table, and the agent is a "
@@ -121,7 +120,9 @@ async def _run(out: Console, err: Console, config: Config, door_key: str) -> int
         err.print(f"runner: {line}", style="dim", markup=False, soft_wrap=True)
 
     stop, hurry = asyncio.Event(), asyncio.Event()
-    server = asyncio.create_task(serve(config, log=log, stop=stop, hurry=hurry))
+    showing = lines_to(log)
+    showing.__enter__()
+    server = asyncio.create_task(serve(config, stop=stop, hurry=hurry))
     try:
         await _started(server, subscribed)
         runner = load_key(config.key_file).public_key().to_hex()
@@ -134,6 +135,7 @@ async def _run(out: Console, err: Console, config: Config, door_key: str) -> int
         hurry.set()
         with contextlib.suppress(ServeError, asyncio.CancelledError):
             await asyncio.wait_for(server, START_SECONDS)
+        showing.__exit__(None, None, None)
 
 
 async def _started(server: asyncio.Task[None], subscribed: asyncio.Event) -> None:
@@ -163,10 +165,10 @@ async def _send_one_run(out: Console, err: Console, relay_url: str, runner: str)
                 view.sending(request)
                 await trainer.send(request)
                 await trainer.wait(answer, RUN_SECONDS)
-            rows, report_error = await trainer.report_rows(answer)
+            shown, report_error = await report_view(trainer, answer)
     except TrainerError as error:
         raise DemoError(str(error)) from None
-    show_run(out, answer, rows, report_error, RUN_SECONDS)
+    show_run(out, answer, shown, report_error, RUN_SECONDS, stand_ins=STAND_INS)
     return 0 if answer.output is not None and report_error is None else 1
 
 

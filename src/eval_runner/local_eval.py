@@ -1,49 +1,23 @@
-"""`eval-runner eval run`: an extension's test set in both arms on this computer, the engine unchanged.
+"""`eval-runner eval run`: an extension's `evals/` in both arms on this computer, through the same engine.
 
-The hosted runner and a local run share `engine.suite_run.run_suite`; what differs is who the run is by
-and which door and agent it uses, and those choices live here so the command line stays parsing and
-printing (`cli/main.py`, `cli/render.py`).
-
-Local identity. A local run is not a hosted result and signs nothing, so it is by the *local key*:
-* suite author: the tool's own definition author (`tool.definition.author`: the package's publisher
-  when that is a 64-hex key, else the local key, 64 zeros, as `openagents ext eval` names it);
-* suite package `<tool slug>-tests`, component `suite` (the names `release` gives the hosted suite);
-* evaluator: the local key, 64 zeros (no runner key is involved);
-* `hosted = False`, so the report's reliance names no runner; no host name is recorded;
-* the subject's definition bytes are the package record's exact bytes (`tool.record`).
-
-Doors. With no `--door-url` the stand-in door (`engine.stand_in_door`, canned answers, no model) is
-started in-process on loopback with a fresh random key, and the command says so. With `--door-url` the
-key is read from the environment variable `--door-key-env` names (default `CODER_DOOR_KEY`), never from
-argv; a missing or empty key is bad input. The key travels only in `DoorSettings` (no repr), is scrubbed
-from every kept file by the engine, and is never printed. Judge graders ask the same door (runner.md
-§13.6); decision graders have no door locally and fail with the engine's "no decision door is
-configured".
-
-Agent. `--agent PATH`, else `$EVAL_RUNNER_CODER`, else the stand-in agent shipped with the engine
-(`stand_ins/agent.py`, which does no reasoning), and the command says which.
-
-The test set is the extension's `evals/` directory (runner.md "Case/test-set file format"; `release`
-publishes the same directory), whatever the package's optional `eval_dir` says, so a local result and a
-hosted one test the same cases. Operator grants are the hosted runner's (read and sandbox write).
-
-Confinement is probed first under the temp root; a host that cannot confine is bad input with the
-probe's reason, and nothing runs unconfined. The temp root is a fresh `er-XXXXXXXX` directory under
-`$EVAL_RUNNER_TMP` or `/tmp`, mode 0755 so the sandbox's uid 65534 can reach its run directories when we
-run as root, short enough for the door sockets beneath it (a Unix socket path is at most 107 bytes),
-and removed when the run ends.
+A local run differs from a hosted one only in who it is by (the local key, 64 zeros), which agent and door
+it uses (the stand-ins unless told otherwise, and then the report says so) and where it writes; those
+choices live here so the command line stays parsing and printing. The door key is read from the
+environment only and never printed or kept. Decisions: docs/decisions.md, "`eval run`: a local run".
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import re
 import secrets
 import signal
 import stat
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +28,7 @@ from eval_runner import stand_ins
 from eval_runner.engine.grade.doors import OpenResponsesJudge
 from eval_runner.engine.grade.votes import Doors
 from eval_runner.engine.report.build import ReportError
+from eval_runner.engine.report.inputs import StandIn
 from eval_runner.engine.report.results_dir import ResultsError
 from eval_runner.engine.run.collect import remove_tree
 from eval_runner.engine.run.confinement import probe
@@ -117,8 +92,8 @@ class EvalRunOptions:
 class LocalEval:
     """A checked local run, ready to start: the tool, its suite, the agent, the door and the options.
 
-    `door` is None for the in-process stand-in door; `notices` are what the person should know before it
-    starts (stand-in door, stand-in agent), one line each, for stderr.
+    `door` is None for the in-process stand-in door; `stand_ins` the parts that are stand-ins, which the
+    report says; `notices` are what the person should know before it starts, one line each, for stderr.
     """
 
     tool: Tool
@@ -131,6 +106,7 @@ class LocalEval:
     results_base: Path
     temp_base: Path
     notices: tuple[str, ...] = field(default=())
+    stand_ins: frozenset[StandIn] = frozenset()
 
     @property
     def planned(self) -> int:
@@ -161,6 +137,7 @@ class LocalEval:
             concurrency=self.concurrency,
             subject_definition=self.tool.record,
             hosted=False,
+            stand_ins=self.stand_ins,
         )
 
 
@@ -188,6 +165,9 @@ def prepare(options: EvalRunOptions, environ: Mapping[str, str]) -> LocalEval:
         raise LocalEvalError(f"EVAL_RUNNER_TMP={temp_base} is not a directory")
     if swept := sweep((temp_base,), prefixes=("er-",)):
         notices.append(swept.line())
+    stand_ins = {StandIn.DOOR} if door is None else set()
+    if _is_stand_in_agent(agent):
+        stand_ins.add(StandIn.AGENT)
     return LocalEval(
         tool=tool,
         suite=suite,
@@ -199,6 +179,7 @@ def prepare(options: EvalRunOptions, environ: Mapping[str, str]) -> LocalEval:
         results_base=out,
         temp_base=temp_base,
         notices=tuple(notices),
+        stand_ins=frozenset(stand_ins),
     )
 
 
@@ -214,6 +195,7 @@ async def run_local(
     `bwrap` overrides where bubblewrap is looked for. Raises `LocalEvalError` when the host cannot
     confine runs (nothing is run) or the results cannot be written.
     """
+    began = time.monotonic()
     async with _temp_root(local.temp_base) as temp_root:
         confinement = await probe(temp_root, bwrap=bwrap)
         if isinstance(confinement, Unconfined):
@@ -224,14 +206,16 @@ async def run_local(
             raise LocalEvalError(f"--out {local.results_base}: {error.strerror or error}") from None
         async with _open_door(local) as door:
             doors = Doors(judge=OpenResponsesJudge(door.url, door.key, door.model))
+            setup_seconds = time.monotonic() - began
             try:
-                return await run_suite(
+                outcome = await run_suite(
                     local.plan(door, temp_root),
                     confinement=confinement,
                     doors=doors,
                     on_progress=on_progress,
                     cancel=cancel,
                 )
+                return dataclasses.replace(outcome, setup_seconds=setup_seconds)
             except (ReportError, ResultsError) as error:
                 raise LocalEvalError(f"the run finished but its results could not be written: {error}") from None
             except OSError as error:
@@ -310,6 +294,14 @@ def _agent(given: Path | None, environ: Mapping[str, str], notices: list[str]) -
         "pass --agent PATH or set EVAL_RUNNER_CODER to run a real agent"
     )
     return _executable(STAND_IN_AGENT, "the stand-in agent")
+
+
+def _is_stand_in_agent(agent: Path) -> bool:
+    """Whether `agent` is the stand-in agent's file, however it was named (the default, --agent or the env)."""
+    try:
+        return os.path.samefile(agent, STAND_IN_AGENT)
+    except OSError:
+        return False
 
 
 def _executable(path: Path, what: str) -> Path:

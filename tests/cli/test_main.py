@@ -94,11 +94,16 @@ def test_eval_run_on_the_example_prints_the_verdict_and_writes_the_report(
     assert re.search(rf"^Verdict\s+{word}$", done.stdout, re.MULTILINE)
     assert word == "Better"  # the example separates the arms with the stand-ins
     assert word in html_path.read_text(encoding="utf-8")
+    lines = done.stdout.splitlines()
+    verdict_at = next(i for i, line in enumerate(lines) if line.startswith("Verdict"))
+    assert lines[verdict_at + 1] == (
+        "Stand-in run: the agent and the model door were stand-ins, so this “Better” says nothing about "
+        "a real agent or a real model."
+    )
     for line in (
         "Passes 2 of 2 tests with the extension, 1 of 2 without. Change in mean score: +0.50.",
-        "Statistics: p = 0.167 that it helps",
-        "Time and cost with the extension:",
-        "Time and cost without it:",
+        "Statistics: p = 0.167 that it helps, p = 1.000 that it harms · Δ pass rate +50 pp",
+        "Time per round (the 2 compared cases once each): ",
     ):
         assert line in done.stdout
     assert re.search(r"│ overview\s+│ should-fire\s+│\s+2/2 │\s+0/2 │\s+1\.00 │\s+0\.00 │\s+\+1\.00 │", done.stdout)
@@ -106,6 +111,34 @@ def test_eval_run_on_the_example_prints_the_verdict_and_writes_the_report(
     assert "stand-in agent" in done.stderr
     assert "run 8/8" in done.stderr  # stderr is not a terminal: plain progress lines
     assert "Traceback" not in done.stderr
+    assert ":" not in report_path.parent.name
+    stand_in_limits = report_path.parent / "artifacts" / "limitations.json"
+    assert "The agent was a stand-in" in stand_in_limits.read_text(encoding="utf-8")
+    assert '<p class="banner">Stand-in run:' in html_path.read_text(encoding="utf-8")
+    the_figures_agree(done.stdout, done.stderr, report)
+
+
+def the_figures_agree(stdout: str, stderr: str, report: Report) -> None:
+    """Each time figure says what it measures, and they agree with each other (issue 8, item 11): the per-run
+    time of an arm is the mean of its runs' own times as the progress lines print them, its total their sum,
+    and the wall time covers at least the longest run."""
+    runs: dict[str, list[float]] = {"with": [], "without": []}
+    for found in re.finditer(r"^run \d+/\d+  \S+ (with|without) #\d+ completed (\d+\.\d) s$", stderr, re.MULTILINE):
+        runs[found.group(1)].append(float(found.group(2)))
+    assert len(runs["with"]) == len(runs["without"]) == 4
+    for label, arm in (("With the extension", "with"), ("Without it", "without")):
+        line = re.search(
+            rf"^{label}: (\d+\.\d) s and \$\S+ per run \((\d+\.\d) s and \$\S+ over 4 runs\)$", stdout, re.M
+        )
+        assert line is not None, label
+        per_run, total = float(line.group(1)), float(line.group(2))
+        shown = runs[arm]  # each rounded to 0.1 s, so each sum or mean is within 0.05 s a run of the exact one
+        assert abs(total - sum(shown)) <= 0.05 * len(shown) + 0.05
+        assert abs(per_run - sum(shown) / len(shown)) <= 0.1
+    wall = re.search(r"^Wall time (\d+\.\d) s: the suite's runs, grading and report \((\d+\.\d) s before", stdout, re.M)
+    assert wall is not None
+    assert float(wall.group(1)) + 0.05 >= max(runs["with"] + runs["without"])
+    assert float(wall.group(1)) + 1 >= report.ended_at - report.started_at
 
 
 @pytest.mark.parametrize("where", ["missing", "plain"])
@@ -177,6 +210,7 @@ def test_the_door_key_never_reaches_the_terminal_or_the_results(
     )
     assert done.returncode == 0, done.stderr
     assert "offline stand-in" not in done.stderr  # a real door was named
+    assert "Stand-in run: the agent was a stand-in, so this “Better” says nothing about a real agent." in done.stdout
     report_path, _ = paths_of(done.stdout)
     assert Report.parse_bytes(report_path.read_bytes()).verdict.value == "pass"  # the door answered
     for text in (done.stdout, done.stderr):

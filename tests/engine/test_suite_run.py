@@ -19,6 +19,8 @@ from eval_runner import stand_ins
 from eval_runner.contracts.report import Report
 from eval_runner.contracts.report_statistics import Statistics
 from eval_runner.contracts.strict_json import read
+from eval_runner.engine.report.inputs import StandIn
+from eval_runner.engine.report.view import STAND_IN_LIMITATIONS, STAND_INS_KEY
 from eval_runner.engine.run.confinement import probe
 from eval_runner.engine.run.sandbox import Confinement, Unconfined
 from eval_runner.engine.suite_run import (
@@ -57,7 +59,15 @@ def tool() -> Tool:
     return resolve_extension(EXAMPLE)
 
 
-def plan_for(tool: Tool, door_url: str, temp_root: Path, results: Path, runs: int, concurrency: int = 4) -> SuitePlan:
+def plan_for(
+    tool: Tool,
+    door_url: str,
+    temp_root: Path,
+    results: Path,
+    runs: int,
+    concurrency: int = 4,
+    stand_ins: frozenset[StandIn] = frozenset(),
+) -> SuitePlan:
     return SuitePlan(
         suite=load_suite(EXAMPLE / "evals"),
         subject=tool.subject,
@@ -70,6 +80,7 @@ def plan_for(tool: Tool, door_url: str, temp_root: Path, results: Path, runs: in
         concurrency=concurrency,
         subject_definition=tool.record,
         hosted=False,
+        stand_ins=stand_ins,
     )
 
 
@@ -78,7 +89,7 @@ async def test_the_extension_helps_on_the_example(
 ) -> None:
     events: list[ProgressEvent] = []
     async with StandInDoor(DOOR_KEY) as door:
-        plan = plan_for(tool, door.url, temp_root, tmp_path / "results", runs=3)
+        plan = plan_for(tool, door.url, temp_root, tmp_path / "results", runs=3, stand_ins=frozenset(StandIn))
         outcome = await run_suite(plan, confinement=confinement, on_progress=events.append)
         door_calls = len(door.calls)
 
@@ -124,6 +135,21 @@ async def test_the_extension_helps_on_the_example(
     assert checked > 40
     html = (outcome.results_dir / "report.html").read_text()
     assert "Better" in html
+    assert ":" not in outcome.results_dir.name
+
+    # Both parts were stand-ins, and every place a person reads the result says so.
+    limitations = read((outcome.results_dir / "artifacts" / "limitations.json").read_bytes())
+    assert isinstance(limitations, dict)
+    said = limitations["limitations"]
+    assert isinstance(said, list)
+    assert all(sentence in said for sentence in STAND_IN_LIMITATIONS.values())
+    assert report.meta_extra[STAND_INS_KEY] == ["agent", "door"]
+    assert '<p class="banner">Stand-in run: the agent and the model door were stand-ins' in html
+
+    # The suite's wall time covers its longest run; each run's own time is what the progress lines say.
+    assert outcome.seconds is not None
+    assert outcome.seconds >= max(event.seconds for event in finished)
+    assert outcome.setup_seconds is None
 
     # The door key is in nothing the run kept.
     for path in outcome.results_dir.rglob("*"):
@@ -165,5 +191,7 @@ async def test_an_unconfined_host_runs_nothing(tool: Tool, temp_root: Path, tmp_
         assert door.calls == []
     assert events == []
     assert {(a.end.value, a.reason) for a in outcome.built.attempts} == {("errored", "unconfined_host")}
+    assert outcome.built.view.stand_ins == ()
+    assert not any("stand-in" in sentence for sentence in outcome.built.limitations.limitations)
     runs = json.loads((outcome.results_dir / "artifacts" / "runs.json").read_text())["runs"]
     assert {run["outcome"] for run in runs} == {"refused"}

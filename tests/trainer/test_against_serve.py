@@ -70,6 +70,6 @@ async def test_trainer_run_against_serve_prints_the_verdict_per_case_and_arm(tmp
     assert f"Verdict  {found['verdict_words']}  ({found['verdict']})" in table
     rows = [line.split("│") for line in table.splitlines() if line.startswith("│")]
     assert [[cell.strip() for cell in row[1:-1]] for row in rows] == [
-        ["greeting", "should-not-fire", "1/1", "1/1"],
-        ["overview", "should-fire", "1/1", "0/1"],
+        ["greeting", "should-not-fire", "1/1", "1/1", "1.00", "1.00", "+0.00"],
+        ["overview", "should-fire", "1/1", "0/1", "1.00", "0.00", "+1.00"],
     ]

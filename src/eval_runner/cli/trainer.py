@@ -14,11 +14,11 @@ published. `ID` is the request id or the id of any event that carried it.
 
 `--json` prints one JSON object on stdout when the command ends and draws nothing: for `run`, the
 request and event ids, the outcome, the result body as bound, headline, verdict (and its words), notes,
-report ref, sealed id, per-case rows from the report, the contiguous `progress` notes as an array, any
-conflicting results and the warnings; for `status` and `cancel`, the control's answer (and for a cancel
-the run's own result once it came). Warnings also go to stderr as plain lines. When the trainer could not
-ask at all (the relay, an input file, a key) the object is `{"error": <code>, "message": <why>}`, with the
-`request` id once there was one (`--retransmit` it).
+report ref, sealed id, per-case rows and the parts that were stand-ins (from the report), the contiguous
+`progress` notes as an array, any conflicting results and the warnings; for `status` and `cancel`, the
+control's answer (and for a cancel the run's own result once it came). Warnings also go to stderr as plain
+lines. When the trainer could not ask at all (the relay, an input file, a key) the object is
+`{"error": <code>, "message": <why>}`, with the `request` id once there was one (`--retransmit` it).
 
 Exit codes: 0 for a completed run (whatever the verdict) whose sealed report opened and checked, an
 answered status, an acknowledged cancel; 1 for a refusal, a failed, cancelled or unknown run, no answer
@@ -41,12 +41,15 @@ from typing import Any, Final, NoReturn, TypeAlias
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
 
+from eval_runner.cli.render import case_table, verdict_text
 from eval_runner.contracts.answers import AcceptedBody, Answer, CancelResult, ProgressBody, ResultBody, StatusResult
 from eval_runner.contracts.hosted import RUNNER, RunInput
 from eval_runner.contracts.strict_json import JsonValue, read
+from eval_runner.engine.report import view as words
+from eval_runner.engine.report.inputs import StandIn
+from eval_runner.engine.report.view import ArmCell, CaseView, ReportView, view_of
+from eval_runner.engine.verdict.gate import Verdict
 from eval_runner.errors import EvalRunnerError
 from eval_runner.nostr import KeyFormatError, PublicKey, SecretKey
 from eval_runner.service.keyfile import KeyFileError, ensure_key, load_key
@@ -54,8 +57,6 @@ from eval_runner.trainer.client import (
     CANCEL_REASON,
     VERDICT_WORDS,
     WAIT_SECONDS,
-    ArmRuns,
-    CaseRow,
     Request,
     RunAnswer,
     Trainer,
@@ -331,13 +332,13 @@ async def _run(args: argparse.Namespace, err: Console) -> int:
             _say(err, f"eval-runner trainer: {error}; `eval-runner trainer run --retransmit {request.id}` asks again")
             return 1
         keep(request, directory)
-        rows, report_error = await trainer.report_rows(answer)
+        shown, report_error = await report_view(trainer, answer)
     output = answer.output
     code = 0 if output is not None and report_error is None else 1
     if args.json:
-        _emit(run_json(relay, answer, rows, report_error, warnings, args.timeout))
+        _emit(run_json(relay, answer, shown, report_error, warnings, args.timeout))
     else:
-        show_run(Console(highlight=False), answer, rows, report_error, args.timeout)
+        show_run(Console(highlight=False), answer, shown, report_error, args.timeout)
     return code
 
 
@@ -409,25 +410,54 @@ def _result_words(answer: RunAnswer, timeout: float) -> list[str]:
     return []
 
 
+async def report_view(trainer: Trainer, answer: RunAnswer) -> tuple[ReportView | None, str | None]:
+    """For a completed run, the view of its sealed report; else (None, None). A report that does not open
+    or check gives (None, why): the result stands, but its table can't be trusted."""
+    output = answer.output
+    if output is None:
+        return None, None
+    try:
+        report, _ = await trainer.fetch_report(output.sealed, output.report)
+    except TrainerError as error:
+        return None, error.message
+    return view_of(report, notes=output.notes), None
+
+
 def show_run(
-    console: Console, answer: RunAnswer, rows: list[CaseRow] | None, report_error: str | None, timeout: float
+    console: Console,
+    answer: RunAnswer,
+    view: ReportView | None,
+    report_error: str | None,
+    timeout: float,
+    *,
+    stand_ins: frozenset[StandIn] = frozenset(),
 ) -> None:
-    """The verdict table, the verdict in words, the headline and notes; or what happened instead."""
+    """The verdict table, the verdict in words (and a warning when a part was a stand-in: the report's own
+    say, or the caller's `stand_ins`), the headline, statistics, notes, time and cost; or what happened
+    instead. The numbers and words are report.html's and `eval run`'s (`engine.report.view`)."""
     output = answer.output
     lines = _result_words(answer, timeout)
     if output is not None:
-        if rows is not None:
-            console.print(case_table(rows))
-        words = VERDICT_WORDS[output.verdict]
-        console.print(Text.assemble(("Verdict  ", "bold"), (words, "bold"), f"  ({output.verdict})"))
-        headline = output.headline
-        line = f"Passes {headline.subject_passed} of {headline.total} tests with the extension"
-        if headline.baseline_passed is None:
-            line += ", and nothing ran without it."
+        verdict = Verdict(output.verdict)
+        if view is not None:
+            console.print(case_table(view))
+        console.print(verdict_text(verdict, f"  ({output.verdict})"))
+        warning = words.stand_in_line({*stand_ins, *(() if view is None else view.stand_ins)}, verdict)
+        if warning is not None:
+            lines.append(warning)
+        if view is not None:
+            lines.append(words.headline(view))
+            stats = words.statistics_line(view.statistics)
+            lines += [] if stats is None else [stats]
         else:
-            line += f", {headline.baseline_passed} of {headline.total} without."
-        lines.append(line)
+            headline = output.headline
+            baseline = None if headline.baseline_passed is None else (headline.baseline_passed, headline.total)
+            lines.append(
+                words.headline_words(headline.subject_passed, headline.total, baseline, None, with_change=False)
+            )
         lines += [f"Note: {note}" for note in output.notes]
+        if view is not None:
+            lines += [words.arm_line(arm) for arm in words.arms(view)]
         if report_error is not None:
             lines.append(f"The sealed report could not be read: {report_error}")
         lines.append(f"report  {output.report.digest} (sealed in {output.sealed.id})")
@@ -439,28 +469,10 @@ def show_run(
         _say(console, line)
 
 
-def case_table(rows: list[CaseRow]) -> Table:
-    table = Table(title="Tests, with the extension and without it", title_justify="left")
-    table.add_column("Case", overflow="fold")
-    table.add_column("Kind", no_wrap=True)
-    table.add_column("Passed with", justify="right")
-    table.add_column("Passed without", justify="right")
-    for row in rows:
-        table.add_row(Text(row.id), row.kind, _arm_text(row.with_tool), _arm_text(row.without_tool))
-    return table
-
-
-def _arm_text(runs: ArmRuns | None) -> str:
-    if runs is None or runs.passed is None:
-        return "—"
-    passed = int(runs.passed) if float(runs.passed).is_integer() else runs.passed
-    return f"{passed}/{runs.runs}"
-
-
 def run_json(
     relay: str,
     answer: RunAnswer,
-    rows: list[CaseRow] | None,
+    view: ReportView | None,
     report_error: str | None,
     warnings: list[str],
     timeout: float,
@@ -484,7 +496,8 @@ def run_json(
         "notes": [] if output is None else list(output.notes),
         "report": None if output is None else output.report.to_json(),
         "sealed": None if output is None else output.sealed.id,
-        "cases": None if rows is None else [_row_json(row) for row in rows],
+        "cases": None if view is None else [_row_json(case) for case in view.cases],
+        "stand_ins": [] if view is None else [part.value for part in view.stand_ins],
         "report_error": report_error,
         "result": None if result is None else result.to_json(),
         "accepted": None if answer.accepted is None else answer.accepted.to_json(),
@@ -498,11 +511,11 @@ def run_json(
     }
 
 
-def _row_json(row: CaseRow) -> dict[str, JsonValue]:
-    def arm(runs: ArmRuns | None) -> JsonValue:
-        return None if runs is None else {"passed": runs.passed, "runs": runs.runs}
+def _row_json(case: CaseView) -> dict[str, JsonValue]:
+    def arm(cell: ArmCell | None) -> JsonValue:
+        return None if cell is None else {"passed": cell.runs_passed, "runs": cell.planned}
 
-    return {"id": row.id, "kind": row.kind, "with": arm(row.with_tool), "without": arm(row.without_tool)}
+    return {"id": case.id, "kind": case.kind, "with": arm(case.with_extension), "without": arm(case.without)}
 
 
 # -- status and cancel ------------------------------------------------------------------------------

@@ -1,19 +1,15 @@
-"""Running a suite: plan the attempts, run them at most `concurrency` at a time, grade, report.
+"""Running a suite: plan the attempts, run them at most `concurrency` at a time, grade each, report.
 
-This is the engine's one entry point (runner.md §13.2–13.3): for each case in suite order, the subject arm's
-attempts 1..runs, then the baseline arm's unless the case is subject-only. Each attempt is one sandboxed
-agent turn (`engine/run/turn.py`), graded at once (`engine/grade/graders.py`) so its workspace can go; results are
-kept in plan order whatever order they finish in. `Started`/`Finished` go to a callback (the service
-streams them as progress). A cancelled suite records the attempts it had not started as `cancelled` and is
-graded with no doors (§13.6). `run_suite` is `execute` (the planned attempts, run and graded) then
-`evaluate` (scored against the plan, a planned attempt without a record reported `unknown`), as the
-reference's `run::execute` and `run::evaluate_runs` are. The report and results directory come from
-`engine/report/build.py` and `engine/report/results_dir.py`.
+The engine's one entry point, shared by the hosted runner and `eval run` (runner.md §13.2–13.3):
+`run_suite` is `execute` (each attempt one sandboxed agent turn, graded at once so its workspace can go,
+kept in plan order) then `evaluate` (scored against the plan, a planned attempt without a record reported
+`unknown`), as the reference's `run::execute` and `run::evaluate_runs` are.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -37,7 +33,7 @@ from eval_runner.engine.grade.graders import (
 from eval_runner.engine.grade.patterns import PatternRunner
 from eval_runner.engine.grade.votes import NO_DOORS, Doors
 from eval_runner.engine.report.build import BuiltReport, build_report
-from eval_runner.engine.report.inputs import Attempt, ReportInputs, RunEnd, RunSetup
+from eval_runner.engine.report.inputs import Attempt, ReportInputs, RunEnd, RunSetup, StandIn
 from eval_runner.engine.report.results_dir import suite_files, write_results
 from eval_runner.engine.run.door_proxy import DoorProxy
 from eval_runner.engine.run.sandbox import Confinement, Limits, Unconfined
@@ -88,7 +84,9 @@ class SuiteAuthor:
 @dataclass(frozen=True, slots=True)
 class SuitePlan:
     """Everything one suite run needs. `runs` overrides every case's own runs when set (the hosted
-    runner always sets it); `subject_definition` is the exact bytes the subject's DefinitionRef digests."""
+    runner always sets it); `subject_definition` is the exact bytes the subject's DefinitionRef digests;
+    `stand_ins` names the parts that are stand-ins (`eval_runner.stand_ins`), which the report then says
+    wherever a person reads it."""
 
     suite: Suite
     subject: Subject
@@ -108,6 +106,7 @@ class SuitePlan:
     extra_secrets: tuple[str, ...] = field(default=(), repr=False)
     #: Directories no run may see besides the temp root and `results_base` (the service's state).
     hidden: tuple[Path, ...] = ()
+    stand_ins: frozenset[StandIn] = frozenset()
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 8:
@@ -154,11 +153,16 @@ ProgressCallback = Callable[[ProgressEvent], Awaitable[None] | None]
 
 @dataclass(frozen=True, slots=True)
 class SuiteOutcome:
-    """A finished suite: the built report, where its results directory is, and whether it was stopped."""
+    """A finished suite: the built report, where its results directory is, and whether it was stopped.
+    `seconds` is the wall-clock time from the suite's start to its results directory written (runs,
+    grading, report), when measured; `setup_seconds` the caller's own before it (the sandbox probe, the
+    door), when it says."""
 
     built: BuiltReport
     results_dir: Path
     cancelled: bool
+    seconds: float | None = None
+    setup_seconds: float | None = None
 
 
 def plan_attempts(suite: Suite, subject: Subject, runs: int | None) -> list[PlannedAttempt]:
@@ -216,10 +220,11 @@ async def run_suite(
 ) -> SuiteOutcome:
     """Run every planned attempt, grade it, and write the report and results directory."""
     stop = cancel or asyncio.Event()
+    began = time.monotonic()
     started_at = int(clock())
     attempts = plan_attempts(plan.suite, plan.subject, plan.runs)
     done = await execute(plan, attempts, confinement=confinement, doors=doors, on_progress=on_progress, cancel=stop)
-    return await evaluate(
+    outcome = await evaluate(
         plan,
         done,
         confinement=confinement,
@@ -228,6 +233,7 @@ async def run_suite(
         ended_at=max(started_at, int(clock())),
         cancelled=stop.is_set(),
     )
+    return dataclasses.replace(outcome, seconds=time.monotonic() - began)
 
 
 async def execute(
@@ -315,6 +321,7 @@ async def evaluate(
         host=plan.host,
         partial=STOPPED_BY_OPERATOR if cancelled else None,
         extra_limitations=() if limitation is None else (limitation,),
+        stand_ins=plan.stand_ins,
     )
     built = await asyncio.to_thread(build_report, inputs)
     results = await asyncio.to_thread(

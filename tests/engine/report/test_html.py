@@ -1,4 +1,5 @@
-"""report.html: one self-contained page; the verdict in words, the statistics beside it, everything escaped."""
+"""report.html: one self-contained page from the shared view; the verdict in words, the statistics beside it,
+a chart per case, a banner for stand-ins, and every text escaped by the template engine."""
 
 from __future__ import annotations
 
@@ -8,60 +9,99 @@ from pathlib import Path
 
 import pytest
 
-from eval_runner.engine.report.build import build_report
-from eval_runner.engine.report.html import CaseRow, ReportPage, RunLine, render
-from eval_runner.engine.report.inputs import RunSetup
-from eval_runner.engine.verdict.gate import Verdict, decision
-from eval_runner.engine.verdict.scores import Arm, CaseKind, GradedRun, OutcomeWord, PlannedCase, score_suite
-from eval_runner.engine.verdict.statistics import evidence, strata_of
-from tests.engine.report.test_build import TWO_CASES, attempt, better_attempts, inputs, write_cases
+from eval_runner.engine.report.build import BuiltReport, build_report
+from eval_runner.engine.report.html import ReportPage, RunLine, render
+from eval_runner.engine.report.inputs import Attempt, RunSetup, StandIn
+from eval_runner.engine.report.view import ReportView
+from eval_runner.engine.verdict.gate import Criterion, Judgement, Verdict
+from eval_runner.engine.verdict.scores import Arm
+from tests.support.report_inputs import AUTHOR, attempt, better_attempts, inputs
 
 HOSTILE = "<script>alert('x')</script>"
+ESCAPED = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
+#: What the reference's `the_html_is_self_contained` forbids, and more.
+OUTSIDE = (
+    "http://",
+    "https://",
+    "//cdn",
+    "<script",
+    "<link",
+    "<img",
+    "<iframe",
+    "@import",
+    "url(",
+    " src=",
+    "src=",
+    "http:",
+    "https:",
+    "//",
+)
 
 
-@pytest.fixture
-def evals(tmp_path: Path) -> Path:
-    return write_cases(tmp_path / "evals", TWO_CASES)
-
-
-def page_with(case_id: str, *, verdict: Verdict | None = None, partial: str | None = None) -> ReportPage:
-    plan = (PlannedCase(case_id, CaseKind.SHOULD_FIRE, 2), PlannedCase("quiet", CaseKind.SHOULD_NOT_FIRE, 2))
-    runs = [
-        GradedRun(case.id, case.kind, arm, n, OutcomeWord.COMPLETED, score, score == 1.0, 0.01, 5.0)
-        for case in plan
-        for arm in Arm
-        for n in (1, 2)
-        for score in [1.0 if arm is Arm.SUBJECT or case.id == "quiet" else 0.0]
-    ]
-    scores = score_suite(plan, runs, baseline=True)
-    decided = decision(scores.comparison)
-    line = RunLine(Arm.SUBJECT, 1, "completed", None, True, 1.0, 0.01, 5.0, f"runs/{case_id}/subject-1/trajectory.json")
+def page_of(built: BuiltReport, view: ReportView | None = None) -> ReportPage:
+    """The page `build_report` rendered, rebuilt from its view (or from `view`)."""
+    html = built.html.decode("utf-8")
+    digest = re.search(r"Report <code>(sha256:[0-9a-f]{64})</code>", html)
+    assert digest is not None
     return ReportPage(
-        subject="00" * 32 + ":tool/tool",
-        suite="ab" * 32 + ":tool-tests/suite",
-        evaluator="cd" * 32,
-        report_digest="sha256:" + "0" * 64,
-        suite_digest="sha256:" + "1" * 64,
+        view=built.view if view is None else view,
+        subject=built.report.subject.definition.id,
+        suite=f"{AUTHOR}:repo-map-tests/suite",
+        evaluator=built.report.evaluator,
+        report_digest=digest.group(1),
+        suite_digest=built.report.suite.digest,
         gate_id="ext-eval-v2",
-        gate_digest="sha256:" + "2" * 64,
-        verdict=verdict or decided.verdict,
-        criteria=decided.criteria,
-        scores=scores,
-        evidence=evidence(strata_of(scores)),
-        notes=(f"Faster: {HOSTILE}",),
-        limitations=(f"A limitation naming {HOSTILE}.",),
-        partial=partial,
-        cases=tuple(CaseRow(case, (line,)) for case in scores.cases),
+        gate_digest=built.gate_digest,
+        criteria=built.decision.criteria,
+        runs=tuple(
+            (case.id, tuple(_line(a) for a in built.attempts if a.case == case.id)) for case in built.view.cases
+        ),
     )
 
 
-def test_every_text_is_escaped(evals: Path) -> None:
-    html = render(page_with(HOSTILE, partial=HOSTILE))
+def _line(a: Attempt) -> RunLine:
+    return RunLine(a.arm, a.attempt, a.coverage_word.value, a.reason, a.passed, a.score, a.cost_usd, a.seconds, None)
+
+
+def test_the_page_rebuilt_from_its_view_is_the_page_built(evals: Path) -> None:
+    built = build_report(inputs(evals))
+    page = page_of(built)
+    page = dataclasses.replace(
+        page,
+        runs=tuple(
+            (
+                case_id,
+                tuple(
+                    dataclasses.replace(run, trajectory=f"runs/{case_id}/{run.arm.value}-{run.attempt}/trajectory.json")
+                    for run in runs
+                ),
+            )
+            for case_id, runs in page.runs
+        ),
+    )
+    assert render(page) == built.html.decode("utf-8")
+
+
+def test_every_text_is_escaped_by_the_template(evals: Path) -> None:
+    built = build_report(inputs(evals))
+    hostile_case = dataclasses.replace(built.view.cases[0], id=HOSTILE, kind=HOSTILE)
+    hostile = dataclasses.replace(
+        built.view,
+        cases=(hostile_case, *built.view.cases[1:]),
+        notes=(f"Faster: {HOSTILE}",),
+        limitations=(f"A limitation naming {HOSTILE}.",),
+        partial=HOSTILE,
+    )
+    page = page_of(built, hostile)
+    run = RunLine(Arm.SUBJECT, 1, HOSTILE, HOSTILE, True, 1.0, 0.01, 5.0, f"runs/{HOSTILE}/subject-1/trajectory.json")
+    explanation = Criterion(HOSTILE, 1, Judgement.FAILED, f"the grader explained: {HOSTILE}")
+    page = dataclasses.replace(page, runs=((HOSTILE, (run,)),), criteria=(explanation,), gate_id=HOSTILE)
+    html = render(page)
     assert "<script" not in html
     assert HOSTILE not in html
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
-    # Attribute values too: the trajectory link of a case named like that.
-    assert 'href="runs/&lt;script&gt;' in html
+    # case id (table, chart, runs), kind, note, limitation, partial, outcome, reason, link, criterion, detail, gate
+    assert html.count(ESCAPED) >= 12
+    assert f'href="runs/{ESCAPED}/subject-1/trajectory.json"' in html
 
 
 @pytest.mark.parametrize(
@@ -72,22 +112,44 @@ def test_every_text_is_escaped(evals: Path) -> None:
         (Verdict.INCONCLUSIVE, "No clear change", "mid"),
     ],
 )
-def test_the_verdict_is_in_words(verdict: Verdict, word: str, style: str) -> None:
-    html = render(page_with("case", verdict=verdict))
+def test_the_verdict_is_in_words(evals: Path, verdict: Verdict, word: str, style: str) -> None:
+    built = build_report(inputs(evals))
+    html = render(page_of(built, dataclasses.replace(built.view, verdict=verdict)))
     assert f'<p class="verdict {style}">{word}</p>' in html
     assert f"<title>Extension test: {word}</title>" in html
 
 
-def test_the_page_is_self_contained_and_readable_on_a_phone() -> None:
-    html = render(page_with("case"))
+def test_the_page_is_self_contained_and_readable_on_a_phone(evals: Path) -> None:
+    built = build_report(inputs(evals, stand_ins=frozenset(StandIn)))
+    html = built.html.decode("utf-8")
     assert html.startswith("<!doctype html>")
     assert '<meta name="viewport" content="width=device-width,initial-scale=1">' in html
     assert "<style>" in html
-    for outside in ("<script", "<link", "<img", "<iframe", "src=", "url(", "@import", "http:", "https:", "//"):
+    for outside in OUTSIDE:
         assert outside not in html, outside
     hrefs = re.findall(r'href="([^"]*)"', html)
-    assert hrefs
-    assert all(href.startswith("runs/") for href in hrefs)
+    assert len(hrefs) == 12
+    assert all(href.startswith("runs/") and href.endswith("/trajectory.json") for href in hrefs)
+
+
+def test_the_chart_draws_both_pass_rates_per_case(evals: Path) -> None:
+    html = build_report(inputs(evals)).html.decode("utf-8")
+    [svg] = re.findall(r"<svg .*?</svg>", html, re.DOTALL)
+    opening = svg[: svg.index(">")]
+    assert 'viewBox="0 0 360 112"' in opening
+    assert "width=" not in opening  # it scales to the page; no fixed pixel width
+    assert "height=" not in opening
+    groups = re.findall(r'<g class="case"[^>]*>(.*?)</g>', svg, re.DOTALL)
+    assert len(groups) == 2
+    greeting, overview = groups
+    assert ">greeting</text>" in greeting
+    assert ">overview</text>" in overview
+    assert '<rect class="with" x="62" y="18" width="200.0"' in overview
+    assert '<rect class="without" x="62" y="34" width="0.0"' in overview
+    assert ">3/3 · 100 %</text>" in overview
+    assert ">0/3 · 0 %</text>" in overview
+    assert overview.count(">with</text>") == 1
+    assert overview.count(">without</text>") == 1
 
 
 def test_a_built_report_page_carries_the_verdict_the_table_and_the_statistics(evals: Path) -> None:
@@ -95,30 +157,43 @@ def test_a_built_report_page_carries_the_verdict_the_table_and_the_statistics(ev
     html = built.html.decode("utf-8")
     assert '<p class="verdict good">Better</p>' in html
     assert "Passes 2 of 2 tests with the extension, 1 of 2 without. Change in mean score: +0.50." in html
+    assert "Stand-in" not in html
     # The per-case with/without table.
     assert "<th>With the extension</th><th>Without it</th><th>Change</th>" in html
-    assert "3 of 3 runs · score 1.00" in html
-    assert "0 of 3 runs · score 0.00" in html
+    assert '<span class="good">passed</span><br><small>3/3 runs passed · score 1.00</small>' in html
+    assert '<span class="bad">failed</span><br><small>0/3 runs passed · score 0.00</small>' in html
     # The statistics beside the verdict.
-    assert "<b>p = 0.050</b> that it helps" in html
-    assert "<b>p = 1.000</b> that it harms" in html
-    assert "Pass rate with − without: <b>+50 pp</b> (95 % interval" in html
-    assert "Cases improved: <b>1 of 2</b>" in html
-    assert "Smallest change this design can detect" in html
-    # Notes, time and cost per arm, limitations.
+    assert "<li>p = 0.050 that it helps, p = 1.000 that it harms</li>" in html
+    assert "<li>Δ pass rate +50 pp (95 % interval 0 pp to +81 pp)</li>" in html
+    assert "<li>1 of 2 cases improved (0 worsened)</li>" in html
+    assert "<li>smallest change this design can detect +50 pp at p ≤ 0.05</li>" in html
+    assert "<li>Runs passed: 6 of 6 with the extension, 3 of 6 without</li>" in html
+    # Notes, time and cost per run and per round, coverage, the gate, limitations.
     assert "<li>Faster: 24.2 s against 60.0 s per run</li>" in html
-    assert "$0.0600" in html
-    assert "72.6 s" in html
-    assert "180.0 s" in html
-    assert "overriding the cases&#x27; runs." in html
+    assert "With the extension: 12.1 s and $0.0100 per run (72.6 s and $0.0600 over 6 runs)<br>" in html
+    assert "Time per round (the 2 compared cases once each): 24.2 s with, 60.0 s without (spread 0.2 s)" in html
+    assert "Without it: 6 of 6 runs completed<br>" in html
+    assert f"<code>{built.gate_digest}</code>" in html
+    assert "overriding the cases&#39; runs." in html
     assert built.report_ref.digest in html
+
+
+def test_a_stand_in_run_has_a_banner_above_the_verdict(evals: Path) -> None:
+    html = build_report(inputs(evals, stand_ins=frozenset({StandIn.DOOR}))).html.decode("utf-8")
+    banner = (
+        '<p class="banner">Stand-in run: the model door was a stand-in, so this “Better” says nothing '
+        "about a real model.</p>"
+    )
+    assert banner in html
+    assert html.index(banner) < html.index('<p class="verdict good">Better</p>')
+    assert "<li>The model door was a stand-in (eval-runner&#39;s offline stand-in door" in html
 
 
 def test_an_underpowered_design_says_so(evals: Path) -> None:
     attempts = tuple(a for a in better_attempts() if a.attempt == 1)
     built = build_report(inputs(evals, attempts, setup=RunSetup(runs=1)))
     html = built.html.decode("utf-8")
-    assert '<b class="mid">Underpowered</b>: with these cases and runs, no result could reach p ≤ 0.05.' in html
+    assert "<li>underpowered: no result could reach p ≤ 0.05 with these cases and runs</li>" in html
     assert '<p class="verdict mid">No clear change</p>' in html
 
 
@@ -129,6 +204,7 @@ def test_a_page_without_a_baseline_shows_no_comparison(evals: Path) -> None:
     assert "Beside the verdict" not in html
     assert "No run without it, so there is nothing to compare with." in html
     assert '<span class="muted">not run</span>' in html
+    assert ">not run</text>" in html
 
 
 def test_an_extra_limitation_and_a_partial_reason_are_escaped(evals: Path) -> None:
@@ -139,4 +215,4 @@ def test_an_extra_limitation_and_a_partial_reason_are_escaped(evals: Path) -> No
     )
     html = built.html.decode("utf-8")
     assert "<script" not in html
-    assert html.count("&lt;script&gt;") == 2
+    assert html.count(ESCAPED) == 2

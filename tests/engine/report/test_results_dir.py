@@ -37,7 +37,7 @@ def built_and_written(evals: Path, base: Path, attempts: tuple[Attempt, ...] | N
 
 def test_the_directory_holds_every_file_of_the_layout(evals: Path, tmp_path: Path) -> None:
     built, directory = built_and_written(evals, tmp_path / "results")
-    assert directory.name == "2026-09-21T14:15:23.456Z" == stamp(NOW)
+    assert directory.name == "2026-09-21T14-15-23.456Z" == stamp(NOW)
     assert (directory / "report.json").read_bytes() == built.report_bytes
     assert Report.parse_bytes((directory / "report.json").read_bytes()) == built.report
     assert (directory / "report.html").read_bytes() == built.html

@@ -1,27 +1,10 @@
-"""The report: every run of a suite in, `report.json` and every document it names out (runner.md §13.10).
+"""The report: every run of a suite in; `report.json`, every document it names and `report.html` out.
 
-A report is what a result, a seal and a publication point at by digest, and what a check compares, so
-each document it names is built here from one set of inputs, in the reference's shapes
-(`ext-eval` `report::build`, `runner::write_results`), and the report bytes go through the reader
-(`contracts.report.report_ref`) before anyone sees them. `build_report` is pure: the caller passes the
-times, the host name and every attempt; writing the results directory is `engine.results_dir`, the
-page a person reads is `engine.report_html`.
-
-What the report carries beyond the reference, beside the verdict and never deciding it: the exact
-stratified permutation test of statistics.md §C3 and its companions, in `meta.eval_runner_statistics`
-(`contracts.report_statistics`), never as measurements, whose metrics the reference's validator holds to
-the suite's `metrics.json`. If they would push the report past a reader's 64 KiB they are left out and
-a limitation says so; the reference's measurements never are.
-
-Decisions where the spec is silent (docs/decisions.md, "The report and its results directory"):
-* `meta.ext_eval.gate` is the Gym's rule digest (`gate_digest`): sha256 over the gate's identity
-  projection, not the file bytes; the reference's expected `better.report.json` carries exactly this
-  value for the committed `ext-eval-v2.json`.
-* A planned attempt the caller has no record of is written as `unknown`, with a grades document that
-  says so, so `runs.json` always lists every planned attempt and the coverage can be recounted.
-* Besides the spec's documents, `artifacts/` also holds the two arm locks, the baseline's agent
-  document, the gate file and (when given) the subject's definition bytes, so every ArtifactRef in the
-  report can be checked against bytes in the results directory.
+A report is what a result, a seal and a publication point at by digest, so each document it names is built
+here from one set of inputs in the reference's shapes (`ext-eval` `report::build`), and the report bytes
+pass the reader (`contracts.report.report_ref`) before anyone sees them. Pure: the caller passes the
+times, the host name and every attempt; `results_dir` writes them. Decisions: docs/decisions.md, "The
+report and its results directory" and "One view of a report; stand-ins said".
 """
 
 from __future__ import annotations
@@ -45,7 +28,7 @@ from eval_runner.contracts.report_documents import (
 )
 from eval_runner.contracts.report_statistics import META_KEY as STATISTICS_KEY
 from eval_runner.contracts.strict_json import JsonValue, digest_bytes, pretty, read
-from eval_runner.engine.report.html import CaseRow, ReportPage, RunLine, render
+from eval_runner.engine.report.html import ReportPage, RunLine, render
 from eval_runner.engine.report.inputs import (
     GRADES_SCHEMA,
     Attempt,
@@ -57,6 +40,7 @@ from eval_runner.engine.report.inputs import (
     unknown_grades,
 )
 from eval_runner.engine.report.measurements import measurements, statistics
+from eval_runner.engine.report.view import ReportView, stand_in_limitations, stand_ins_meta, view_of
 from eval_runner.engine.run.trajectory import SCHEMA_VERSION as ATIF_SCHEMA
 from eval_runner.engine.testset.documents import JSON_MEDIA, suite_documents
 from eval_runner.engine.testset.frontmatter import TestSetError
@@ -93,7 +77,8 @@ class ReportError(EvalRunnerError):
 @dataclass(frozen=True, slots=True)
 class BuiltReport:
     """A built report: the record, its JCS bytes and reference, every document under `artifacts/` by
-    relative path, `run.json`, `report.html`, and what they were concluded from."""
+    relative path, `run.json`, `report.html`, what they were concluded from, and the view every reader
+    shows (`engine.report.view`)."""
 
     report: Report
     report_bytes: bytes
@@ -108,6 +93,7 @@ class BuiltReport:
     limitations: Limitations
     gate_digest: str
     attempts: tuple[Attempt, ...]
+    view: ReportView
 
     @property
     def verdict(self) -> Verdict:
@@ -164,11 +150,12 @@ def build_report(inputs: ReportInputs) -> BuiltReport:
     ext_eval = _ext_eval(inputs, scores, digest)
     stats = statistics(scores, found, runs_ref) if found is not None else None
     rows = measurements(scores, runs_ref)
+    marked = stand_ins_meta(inputs.stand_ins)
     candidates: list[tuple[dict[str, JsonValue], tuple[str, ...]]] = [
-        ({} if stats is None else {STATISTICS_KEY: stats.to_json()}, base_limitations)
+        ({**marked} if stats is None else {**marked, STATISTICS_KEY: stats.to_json()}, base_limitations)
     ]
     if stats is not None:
-        candidates.append(({}, (*base_limitations, STATISTICS_LEFT_OUT)))
+        candidates.append(({**marked}, (*base_limitations, STATISTICS_LEFT_OUT)))
     last_error: ContractError | None = None
     for meta_extra, limitations in candidates:
         try:
@@ -197,9 +184,15 @@ def build_report(inputs: ReportInputs) -> BuiltReport:
             last_error = error
             continue
         artifacts["limitations.json"] = limitations_bytes
-        page = _page(
-            inputs, gate_value.id, decided, scores, found, notes, limits, digest, ref, attempts, documents.suite
+        view = view_of(
+            report,
+            notes=notes,
+            limitations=limits.limitations,
+            partial=limits.partial,
+            evidence=found,
+            rounds=scores.comparison,
         )
+        page = _page(inputs, view, gate_value.id, decided, digest, ref, attempts, documents.suite)
         return BuiltReport(
             report=report,
             report_bytes=report_bytes,
@@ -214,6 +207,7 @@ def build_report(inputs: ReportInputs) -> BuiltReport:
             limitations=limits,
             gate_digest=digest,
             attempts=attempts,
+            view=view,
         )
     detail = "" if last_error is None else f": {last_error.detail}"
     raise ReportError(f"the report is beyond what a reader accepts{detail}")
@@ -391,7 +385,7 @@ def _configuration(inputs: ReportInputs, arm: RunSide, gate_id: str, artifacts: 
 
 def _limitations(inputs: ReportInputs, scores: Scores) -> tuple[str, ...]:
     setup = inputs.setup
-    out = list(FIXED_LIMITATIONS)
+    out = [*FIXED_LIMITATIONS, *stand_in_limitations(inputs.stand_ins)]
     if not setup.baseline:
         out.append(NO_BASELINE)
     excluded = scores.subject_only_cases
@@ -486,36 +480,39 @@ def _run_json(inputs: ReportInputs, lock: ArmLock, verdict: Verdict, partial: st
 
 def _page(
     inputs: ReportInputs,
+    view: ReportView,
     gate_id: str,
     decided: Decision,
-    scores: Scores,
-    found: Evidence | None,
-    notes: tuple[str, ...],
-    limitations: Limitations,
     digest: str,
     ref: ArtifactRef,
     attempts: Sequence[Attempt],
     suite_ref: ArtifactRef,
 ) -> ReportPage:
-    rows = []
-    for case in scores.cases:
-        runs = tuple(
-            RunLine(
-                arm=a.arm,
-                attempt=a.attempt,
-                outcome=a.coverage_word.value,
-                reason=a.reason,
-                passed=a.passed,
-                score=a.score,
-                cost_usd=a.cost_usd,
-                seconds=a.seconds,
-                trajectory=None if a.trajectory is None else f"{run_path(a.case, a.arm, a.attempt)}/trajectory.json",
-            )
-            for a in attempts
-            if a.case == case.id
+    runs = tuple(
+        (
+            case.id,
+            tuple(
+                RunLine(
+                    arm=a.arm,
+                    attempt=a.attempt,
+                    outcome=a.coverage_word.value,
+                    reason=a.reason,
+                    passed=a.passed,
+                    score=a.score,
+                    cost_usd=a.cost_usd,
+                    seconds=a.seconds,
+                    trajectory=None
+                    if a.trajectory is None
+                    else f"{run_path(a.case, a.arm, a.attempt)}/trajectory.json",
+                )
+                for a in attempts
+                if a.case == case.id
+            ),
         )
-        rows.append(CaseRow(score=case, runs=runs))
+        for case in view.cases
+    )
     return ReportPage(
+        view=view,
         subject=inputs.subject.definition.id,
         suite=f"{inputs.author}:{inputs.package}/{inputs.component}",
         evaluator=inputs.evaluator,
@@ -523,12 +520,6 @@ def _page(
         suite_digest=suite_ref.digest,
         gate_id=gate_id,
         gate_digest=digest,
-        verdict=decided.verdict,
         criteria=decided.criteria,
-        scores=scores,
-        evidence=found,
-        notes=notes,
-        limitations=limitations.limitations,
-        partial=limitations.partial,
-        cases=tuple(rows),
+        runs=runs,
     )

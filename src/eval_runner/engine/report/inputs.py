@@ -1,10 +1,7 @@
-"""What a report is built from: one record per attempt and the run's setup (runner.md §13.10–13.11).
+"""What a report is built from: one `Attempt` per planned run and the run's setup, as plain records.
 
-The orchestrator fills an `Attempt` from a run record (`engine.run`) and its grades (`engine.graders`)
-without this module depending on either: the outcome word and reason, time and cost, the exact bytes
-kept (stdout, stderr, the trajectory document, created files) and the grades document with the run's
-score. `ReportInputs` adds the suite, the subject, the agent, the gate file and who ran it; the clock
-and the host name are inputs too, so building a report stays pure (`engine.report_build`).
+Kept apart from the engine's run and grade records so building a report stays pure: the clock, the host
+name and which parts were stand-ins are inputs too.
 """
 
 from __future__ import annotations
@@ -26,6 +23,13 @@ ENGINE_VERSION = "0.1.0"
 GRADES_SCHEMA = "openagents.ext-eval-grades.v1"
 #: Errored runs with these reasons never started a turn, so they count as refused (runner.md §13.7).
 REFUSED_REASONS = frozenset({"refused", "unconfined_host", "env_var_rejected"})
+
+
+class StandIn(StrEnum):
+    """A part of the run that was not the real thing (eval_runner.stand_ins): its result says nothing about it."""
+
+    AGENT = "agent"
+    DOOR = "door"
 
 
 class RunEnd(StrEnum):
@@ -112,7 +116,8 @@ class Defaults:
 class ReportInputs:
     """Everything a report is built from. `author`/`package`/`component` name the suite
     (`<author>:<package>/<component>`); `host` is the host name (only its digest is written);
-    `partial` the run's own reason it stopped (`the operator stopped the run`)."""
+    `partial` the run's own reason it stopped (`the operator stopped the run`); `stand_ins` the parts
+    that were stand-ins, said in the limitations and in `meta` so every reader shows it."""
 
     suite: Suite
     subject: Subject
@@ -135,6 +140,7 @@ class ReportInputs:
     extra_limitations: tuple[str, ...] = ()
     defaults: Defaults | None = None
     engine_version: str = ENGINE_VERSION
+    stand_ins: frozenset[StandIn] = frozenset()
 
 
 def planned_cases(inputs: ReportInputs) -> tuple[PlannedCase, ...]:

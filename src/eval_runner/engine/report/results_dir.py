@@ -1,26 +1,13 @@
 """The results directory: a built report and every run's files on disk (runner.md §13.11).
 
-    <base>/<UTC timestamp>[-1 … -999]/
-      report.json            the report's JCS bytes (the bytes its digest names)
-      report.html            the page a person reads
-      artifacts/…            every document the report names (engine.report_build)
-      runs/<case>/<arm>-<n>/ trajectory.json, stdout.jsonl, stderr.txt, created.json, files/<created path>
-      suite/<case path>/     the exact case files: prompt.md, case.toml, graders/*, fixtures/*
-      run.json               openagents.ext-eval-run.v1
+    <base>/<UTC time, 2026-09-30T12-34-56.789Z>[-1 … -999]/
+      report.json  report.html  run.json  artifacts/…  suite/<case path>/…
+      runs/<case>/<arm>-<n>/  trajectory.json, stdout.jsonl, stderr.txt, created.json, files/<created path>
 
-This is one of the engine's few I/O modules. Every file is created new (`O_EXCL`, never through a
-link), a created file's path must stay under its run's `files/`, and a directory that could not be
-written whole is removed. Then the whole directory is scanned for the door key, the decision key and
-fallback keys (`engine.collect.secret_in`); a directory holding one is removed and the run fails with
-`the door key was found in <path>; the results were removed`, `<path>` relative to the directory so
-the message names no host path.
-
-`created.json` lists every created path in walk order: the path itself, or for a name that is not UTF-8
-`{"path": <shown, each byte that is not UTF-8 as \\xNN>, "path_base64": <its exact bytes>}`
-(`collect.shown_path`, `collect.exact_path`). A copy goes under `files/` only for a plain UTF-8 path of
-at most `MAX_COPIED_PATH` bytes, and only the first of two created paths that ask for one place (their
-names can meet once a secret is scrubbed from one): nothing the agent names fails the whole directory,
-and so the suite.
+One of the engine's few I/O modules. Every file is created new (`O_EXCL`, never through a link), nothing
+the agent names can leave its run's `files/`, a directory that could not be written whole is removed, and
+so is one a secret reached. Decisions (names without `:`, which created files are copied):
+docs/decisions.md, "The report and its results directory".
 """
 
 from __future__ import annotations
@@ -60,9 +47,10 @@ class SecretFoundError(ResultsError):
 
 
 def stamp(now_ms: int) -> str:
-    """A results directory's name: UTC to the millisecond, `2026-09-30T12:34:56.789Z`."""
+    """A results directory's name: UTC to the millisecond, `2026-09-30T12-34-56.789Z`. No `:`, which
+    Windows and macOS tools, scp and URLs read as something else."""
     at = datetime.fromtimestamp(now_ms // 1000, UTC)
-    return f"{at:%Y-%m-%dT%H:%M:%S}.{now_ms % 1000:03d}Z"
+    return f"{at:%Y-%m-%dT%H-%M-%S}.{now_ms % 1000:03d}Z"
 
 
 def results_dir(base: Path, now_ms: int | None = None) -> Path:
@@ -181,7 +169,8 @@ def _write_run(directory: Path, attempt: Attempt) -> None:
 
 
 def listed_path(path: str) -> JsonValue:
-    """A created path as created.json lists it (module docstring): exact, and JSON whatever its bytes."""
+    """A created path as created.json lists it, exact and JSON whatever its bytes: the path itself, or for
+    a name that is not UTF-8 `{"path": <shown, each such byte as \\xNN>, "path_base64": <its exact bytes>}`."""
     exact = exact_path(path)
     return shown_path(path) if exact is None else {"path": shown_path(path), "path_base64": exact}
 
