@@ -6,7 +6,6 @@ table's rows from a report's measurements, and the words for each way a run can 
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import shutil
@@ -22,18 +21,14 @@ from eval_runner.contracts.errors import Code
 from eval_runner.contracts.execution import Binding
 from eval_runner.contracts.hosted import RunInput
 from eval_runner.contracts.refs import ArtifactRef
-from eval_runner.contracts.report import MeasuredArm, Measurement
 from eval_runner.contracts.strict_json import canonical, read
 from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import SecretKey, sign
 from eval_runner.trainer.client import (
-    ArmRuns,
-    CaseRow,
     Request,
     RunAnswer,
     TrainerError,
     build_request,
-    case_rows,
     extension_tool,
     read_draft,
     run_input,
@@ -41,7 +36,6 @@ from eval_runner.trainer.client import (
     suite_draft,
 )
 from tests.support.paths import EXAMPLE
-from tests.support.sample_reports import report
 
 RUNNER = SecretKey.generate().public_key().to_hex()
 
@@ -151,21 +145,6 @@ def test_a_request_record_round_trips_and_an_unchecked_body_carries_its_input_as
     assert unchecked.input == raw
     with pytest.raises(TrainerError, match=r"limit_exceeded: input\.runs"):
         build_request(RUNNER, raw)
-
-
-def test_case_rows_read_runs_passed_per_arm() -> None:
-    built = report()
-    runs_ref = built.runs
-    extra = (
-        Measurement(MeasuredArm.SUBJECT, "case.map-repo.runs_passed", 3, 3, 0, None, (runs_ref,)),
-        Measurement(MeasuredArm.BASELINE, "case.map-repo.runs_passed", 1, 3, 0, None, (runs_ref,)),
-        Measurement(MeasuredArm.SUBJECT, "case.say-hello.runs_passed", None, 3, 3, None, (runs_ref,)),
-    )
-    rows = case_rows(dataclasses.replace(built, measurements=built.measurements + extra))
-    assert rows == [
-        CaseRow("map-repo", "should-fire", ArmRuns(3, 3), ArmRuns(1, 3)),
-        CaseRow("say-hello", "should-not-fire", ArmRuns(None, 3), None),
-    ]
 
 
 def _answer(result: ResultBody | None, silence: str | None = None) -> RunAnswer:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from eval_runner.contracts import shape
@@ -44,16 +44,14 @@ from eval_runner.contracts.answers import (
     ReplayResult,
     ResultBody,
     StatusResult,
-    read_answer,
 )
 from eval_runner.contracts.envelope import Envelope, check_content, route
 from eval_runner.contracts.errors import ContractError
 from eval_runner.contracts.execution import EXECUTION_SCHEMA, MAX_PLAINTEXT_BYTES, Binding, ControlBody, ExecuteBody
 from eval_runner.contracts.hosted import SEALED_KIND, HostedInput, request_tags
-from eval_runner.contracts.outputs import RunOutput
 from eval_runner.contracts.refs import ArtifactRef, EventRef
-from eval_runner.contracts.report import MeasuredArm, Report
-from eval_runner.contracts.strict_json import JsonValue, canonical, read
+from eval_runner.contracts.report import Report
+from eval_runner.contracts.strict_json import JsonValue, canonical
 from eval_runner.nostr import (
     Close,
     Closed,
@@ -71,7 +69,6 @@ from eval_runner.nostr import (
     encode,
     encrypt,
     sign,
-    tag_values,
 )
 from eval_runner.service.relay.connection import (
     CHALLENGE_WAIT,
@@ -83,6 +80,7 @@ from eval_runner.service.relay.connection import (
     RelayError,
     event_frame,
 )
+from eval_runner.trainer.binding import FEEDBACK_KIND, RESULT_KIND, OnAnswer, RunAnswer, Unbound, bind
 from eval_runner.trainer.requests import (
     CatalogTool,
     Request,
@@ -99,15 +97,12 @@ from eval_runner.trainer.requests import (
 )
 
 REQUEST_KIND: Final = 25_920
-FEEDBACK_KIND: Final = 27_020
-RESULT_KIND: Final = 26_920
 #: The reference trainer waits up to an hour for a run's result (§12 step 5).
 WAIT_SECONDS: Final = 3_600.0
 WORKER_ABSENT: Final = "worker_absent"
 WORKER_SILENT: Final = "worker_silent"
 VERDICT_WORDS: Final = {"pass": "Better", "fail": "Worse", "inconclusive": "No clear change"}
 CANCEL_REASON: Final = "the trainer stopped the run"
-_FEEDBACK_TYPES = (AcceptedBody, ProgressBody)
 _RUN_TYPES = (AcceptedBody, ProgressBody, ResultBody)
 #: What may answer each control: its own result, or a refusal.
 _CONTROL_ANSWERS: dict[str, tuple[type[Answer], ...]] = {
@@ -116,101 +111,7 @@ _CONTROL_ANSWERS: dict[str, tuple[type[Answer], ...]] = {
     "cancel": (CancelResult, ResultBody),
 }
 
-OnAnswer = Callable[[Answer], None]
 T = TypeVar("T")
-
-
-@dataclass(slots=True)
-class RunAnswer:
-    """What the runner said about one request, as bound and rendered (§12 step 4). While the trainer stays
-    connected, later answers keep landing here: a differing second result goes to `conflicts`."""
-
-    request: Request
-    on_answer: OnAnswer | None = None
-    accepted: AcceptedBody | None = None
-    progress: list[ProgressBody] = field(default_factory=list)
-    progress_stopped: bool = False
-    result: ResultBody | None = None
-    conflicts: list[ResultBody] = field(default_factory=list)
-    heard: int = 0
-    silence: str | None = None
-    _result_bytes: bytes = b""
-    #: Set once the first terminal result is in.
-    finished: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def output(self) -> RunOutput | None:
-        found = None if self.result is None else self.result.output
-        return found if isinstance(found, RunOutput) else None
-
-    def take(self, event_id: str, answer: Answer, plaintext: str) -> None:
-        """One bound answer to one of this request's events."""
-        self.heard += 1
-        if isinstance(answer, AcceptedBody):
-            if self.accepted is None:
-                self.accepted = answer
-                self.request.accepted_event = event_id
-                self._show(answer)
-        elif isinstance(answer, ProgressBody):
-            self._progress(answer)
-        elif isinstance(answer, ResultBody):
-            data = canonical(read(plaintext))
-            if self.result is None:
-                self.result, self._result_bytes = answer, data
-                self._show(answer)
-                self.finished.set()
-            elif data != self._result_bytes and answer not in self.conflicts:
-                self.conflicts.append(answer)
-
-    def _progress(self, note: ProgressBody) -> None:
-        if self.progress_stopped:
-            return
-        expected = len(self.progress)
-        if note.seq == expected:
-            self.progress.append(note)
-            self._show(note)
-        elif not (note.seq < expected and self.progress[note.seq] == note):
-            self.progress_stopped = True
-
-    def _show(self, answer: Answer) -> None:
-        if self.on_answer is not None:
-            self.on_answer(answer)
-
-
-@dataclass(frozen=True, slots=True)
-class Unbound:
-    """An event addressed to us that did not bind, and why (§12 step 3)."""
-
-    event: Event
-    reason: str
-
-
-def bind(
-    event: Event, *, runner: str, trainer: str, expected: Mapping[str, Binding], key: bytes
-) -> tuple[str, Answer, str] | Unbound:
-    """§12 step 3 for one event: (the event of ours it answers, the answer, its plaintext), or why not."""
-    if event.kind not in (FEEDBACK_KIND, RESULT_KIND):
-        return Unbound(event, f"kind {event.kind} is not an answer")
-    if event.pubkey != runner:
-        return Unbound(event, "not signed by the runner")
-    if not event.is_valid():
-        return Unbound(event, "id or signature invalid")
-    targets = tag_values(event, "e")
-    if len(targets) != 1 or targets[0] not in expected:
-        return Unbound(event, "its e tags name no event of ours")
-    if tag_values(event, "p") != (trainer,) or sum(1 for tag in event.tags if tag[0] == "p") != 1:
-        return Unbound(event, "its p tags are not exactly this trainer")
-    try:
-        plaintext = decrypt(event.content, key)
-        answer = read_answer(plaintext)
-    except (NostrError, ContractError) as error:
-        return Unbound(event, f"does not open: {error}")
-    if isinstance(answer, _FEEDBACK_TYPES) != (event.kind == FEEDBACK_KIND):
-        return Unbound(event, f"a {type(answer).__name__} does not come as kind {event.kind}")
-    want = expected[targets[0]]
-    if (answer.binding.request, answer.binding.attempt) != (want.request, want.attempt):
-        return Unbound(event, "it names another request or attempt")
-    return targets[0], answer, plaintext
 
 
 # -- the client ---------------------------------------------------------------------------------------
@@ -467,18 +368,6 @@ class Trainer:
             raise TrainerError("report", "the report names another requester")
         return parsed, data
 
-    async def report_rows(self, answer: RunAnswer) -> tuple[list[CaseRow] | None, str | None]:
-        """For a completed run, the verdict table's rows from its sealed report; else (None, None). A report
-        that does not open or check gives (None, why): the result stands, but its table can't be trusted."""
-        output = answer.output
-        if output is None:
-            return None, None
-        try:
-            report, _ = await self.fetch_report(output.sealed, output.report)
-        except TrainerError as error:
-            return None, error.message
-        return case_rows(report), None
-
     # -- the wire ---------------------------------------------------------------------------------
 
     async def _until(self, waited: Awaitable[T]) -> T:
@@ -624,46 +513,9 @@ class Trainer:
             run.take(event_id, answer, plaintext)
 
 
-# -- reading a report ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ArmRuns:
-    """One case's runs in one arm: how many passed of how many planned."""
-
-    passed: int | float | None
-    runs: int
-
-
-@dataclass(frozen=True, slots=True)
-class CaseRow:
-    """One row of the verdict table: a case, and its runs with the tool and without."""
-
-    id: str
-    kind: str
-    with_tool: ArmRuns | None
-    without_tool: ArmRuns | None
-
-
-def case_rows(report: Report) -> list[CaseRow]:
-    """Per case, `case.<id>.runs_passed` of each arm (wire.md §13.3), in the report's case order."""
-    found = {(item.arm, item.metric): item for item in report.measurements}
-
-    def runs(arm: MeasuredArm, case: str) -> ArmRuns | None:
-        item = found.get((arm, f"case.{case}.runs_passed"))
-        return None if item is None else ArmRuns(item.value, item.denominator)
-
-    return [
-        CaseRow(case.id, case.kind.value, runs(MeasuredArm.SUBJECT, case.id), runs(MeasuredArm.BASELINE, case.id))
-        for case in report.ext_eval.cases
-    ]
-
-
 __all__ = [
     "WORKER_ABSENT",
     "WORKER_SILENT",
-    "ArmRuns",
-    "CaseRow",
     "CatalogTool",
     "Request",
     "RunAnswer",
@@ -673,7 +525,6 @@ __all__ = [
     "Unbound",
     "bind",
     "build_request",
-    "case_rows",
     "draft_case",
     "extension_tool",
     "new_request_id",
