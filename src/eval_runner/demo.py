@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import secrets
 import socket
@@ -106,7 +107,7 @@ def _config(environ: Mapping[str, str], state: Path, temp_root: Path, door_url: 
         "CODER_MODEL": "stand-in",
     }
     try:
-        return Config.from_env(settings)
+        return dataclasses.replace(Config.from_env(settings), stand_in_door=True)
     except ConfigError as error:
         raise DemoError(str(error)) from None
 

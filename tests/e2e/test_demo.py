@@ -42,4 +42,7 @@ def test_the_demo_runs_one_hosted_run_and_shows_the_verdict(tmp_path: Path) -> N
     report = Report.parse_bytes(Path(reports[0]).read_bytes())
     assert report.verdict.value == "pass"
     assert Path(html[0]).is_relative_to(state)
+    # The report the runner sealed says it too, in meta (what a trainer sees) and on the page.
+    assert report.meta_extra["eval_runner_stand_ins"] == ["agent", "door"]
+    assert "Stand-in run" in Path(html[0]).read_text()
     assert ":" not in Path(html[0]).parent.name

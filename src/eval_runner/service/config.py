@@ -267,6 +267,8 @@ class Config:
     gates_dir: Path | None
     notify_socket: str | None
     hostname: str | None
+    #: The model door is a stand-in (the demo sets this; no variable can: a deployed door is real).
+    stand_in_door: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:

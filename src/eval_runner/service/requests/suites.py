@@ -9,15 +9,18 @@ the engine's sandboxes, and maps what ends to a `SuiteResult` (anything the engi
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
+from eval_runner import stand_ins
 from eval_runner.contracts.outputs import Headline
 from eval_runner.contracts.refs import ArtifactRef
 from eval_runner.engine.grade.doors import JevDecisionDoor, OpenResponsesJudge, decision_pin
 from eval_runner.engine.grade.votes import Doors
+from eval_runner.engine.report.inputs import StandIn
 from eval_runner.engine.run.sandbox import Confinement, Limits, Unconfined
 from eval_runner.engine.suite_run import (
     DoorSettings,
@@ -158,7 +161,18 @@ class EngineSuiteRunner:
             extra_secrets=tuple(secret for secret in self._secrets if secret != self.door.key),
             hidden=(self.config.state,),
             limits=Limits(disk=self.config.disk.run),
+            stand_ins=self.stand_ins(),
         )
+
+    def stand_ins(self) -> frozenset[StandIn]:
+        """The parts of this runner's runs that are stand-ins, which every report then says."""
+        found = {StandIn.DOOR} if self.config.stand_in_door else set()
+        try:
+            if os.path.samefile(self.config.coder, stand_ins.AGENT):
+                found.add(StandIn.AGENT)
+        except OSError:
+            pass
+        return frozenset(found)
 
     async def run(self, plan: RunPlan, *, progress: Progress, cancel: asyncio.Event, results_base: Path) -> SuiteResult:
         finished = 0
