@@ -37,6 +37,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     | {"engine.report", "stand_ins"},
     "service.ledger": {"errors", "contracts", "nostr"},
     "service.relay": {"errors", "contracts", "nostr"},
+    "service.blobs": {"errors", "contracts", "nostr"},
     "service.requests": {"errors", "contracts", "nostr", "engine", "service", "service.ledger", "service.relay"}
     | {"engine.testset", "engine.run", "engine.grade", "engine.verdict", "engine.report", "stand_ins"},
     "service": {"errors", "contracts", "nostr", "engine.run", "engine.testset", "service.ledger", "service.relay"}

@@ -83,6 +83,39 @@ def _single_tag(event: Event, name: str) -> str:
     return values[0]
 
 
+def decode_header(header: str) -> Event:
+    """The signed event an `Authorization: Nostr …` header carries, id and signature verified, any kind.
+
+    Blossom's kind 24242 authorization travels the same way (`nostr/blossom.py` reads it with this)."""
+    return _decode_event(header)
+
+
+def read_authorization(
+    header: str, url: str, method: str, now: int, window: int = WINDOW_SECONDS
+) -> tuple[VerifiedAuthorization, str]:
+    """Every check but the body's, and the `payload` tag to compare the body with later.
+
+    For a server that refuses an upload before reading its body; `verify_authorization` is this plus the
+    comparison."""
+    return check_event(_decode_event(header), url, method, now, window)
+
+
+def check_event(
+    event: Event, url: str, method: str, now: int, window: int = WINDOW_SECONDS
+) -> tuple[VerifiedAuthorization, str]:
+    """`read_authorization` for an event already taken from its header with `decode_header`."""
+    if event.kind != HTTP_AUTH_KIND:
+        raise Nip98Error("wrong_kind", "event.kind", f"kind must be {HTTP_AUTH_KIND}")
+    if abs(event.created_at - now) > window:
+        raise Nip98Error("expired", "event.created_at", f"created_at is more than {window} s from now")
+    if _single_tag(event, "u") != url:
+        raise Nip98Error("url_mismatch", "event.tags.u", "u tag does not equal the request URL")
+    if _single_tag(event, "method") != method:
+        raise Nip98Error("method_mismatch", "event.tags.method", "method tag does not equal the request method")
+    payload = _single_tag(event, "payload")
+    return VerifiedAuthorization(event.pubkey, event.id, event.created_at), payload
+
+
 def verify_authorization(
     header: str, url: str, method: str, body_sha256_hex: str, now: int, window: int = WINDOW_SECONDS
 ) -> VerifiedAuthorization:
@@ -92,15 +125,7 @@ def verify_authorization(
     URL), `method` the request method, `body_sha256_hex` the hex SHA-256 of the
     received body, `now` the server clock in unix seconds.
     """
-    event = _decode_event(header)
-    if event.kind != HTTP_AUTH_KIND:
-        raise Nip98Error("wrong_kind", "event.kind", f"kind must be {HTTP_AUTH_KIND}")
-    if abs(event.created_at - now) > window:
-        raise Nip98Error("expired", "event.created_at", f"created_at is more than {window} s from now")
-    if _single_tag(event, "u") != url:
-        raise Nip98Error("url_mismatch", "event.tags.u", "u tag does not equal the request URL")
-    if _single_tag(event, "method") != method:
-        raise Nip98Error("method_mismatch", "event.tags.method", "method tag does not equal the request method")
-    if _single_tag(event, "payload") != body_sha256_hex.lower():
+    verified, payload = read_authorization(header, url, method, now, window)
+    if payload != body_sha256_hex.lower():
         raise Nip98Error("payload_mismatch", "event.tags.payload", "payload tag does not equal the body hash")
-    return VerifiedAuthorization(event.pubkey, event.id, event.created_at)
+    return verified
