@@ -1,26 +1,30 @@
 """`eval run`'s logic (`local_eval`): what is checked before anything runs, the local identity, the door and
-agent it picks, a host that cannot confine, the temp root it makes and removes, and a stopped suite.
-Runs use real bubblewrap; the command line itself is tested in tests/cli/test_main.py."""
+agent it picks, the decision door the environment names (as `serve` reads it), a host that cannot confine,
+the temp root it makes and removes, and a stopped suite. Runs use real bubblewrap; the decision door is a
+stand-in Jev on loopback; the command line itself is tested in tests/cli/test_main.py."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from eval_runner.contracts.report import Report
+from eval_runner.engine.grade.votes import NO_DECISION_DOOR
 from eval_runner.engine.report.inputs import StandIn
 from eval_runner.engine.report.view import STAND_INS_KEY
 from eval_runner.engine.run.collect import remove_tree
-from eval_runner.engine.suite_run import DoorSettings, Finished, ProgressEvent
+from eval_runner.engine.suite_run import DoorSettings, Finished, ProgressEvent, SuiteOutcome
 from eval_runner.engine.testset.catalog import LOCAL_KEY, resolve_extension
 from eval_runner.local_eval import (
     DEFAULT_KEY_ENV,
@@ -285,3 +289,112 @@ def test_the_first_interrupt_stops_the_suite_and_a_second_one_quits_at_once() ->
     with pytest.raises(KeyboardInterrupt):
         run_blocking(stuck)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# --- the decision door -------------------------------------------------------------------------------
+
+JEV_KEY = "jev-key-local-eval-7c3a91"
+#: A decision grader for the example's overview case: does the reply name the largest file?
+JUDGED = '+++\ntype = "decision"\nquestion = "Does the answer name the largest file?"\n+++\n\nIt names src/tables.rs.\n'
+
+
+@dataclass
+class StandInJev:
+    """A stand-in Jev (System One) door on loopback: requires `Bearer <key>` and answers a noul question
+    0.9 when the run it is asked about names src/tables.rs, else 0.1; keeps what it was asked."""
+
+    key: str
+    asked: list[Any] = field(default_factory=list)
+    url: str = ""
+    _runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> StandInJev:
+        app = web.Application()
+        app.router.add_post("/v1/systemone", self._answer)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {self.key}":
+            return web.json_response({"error": {"code": "unauthenticated", "message": "bad key"}}, status=401)
+        body = await request.json()
+        self.asked.append(body)
+        p = 0.9 if "src/tables.rs" in json.dumps(body["state"]["run"]) else 0.1
+        return web.json_response({"model": "jev-latest", "answers": {"grade": {"type": "noul", "noul": p}}})
+
+
+@pytest.fixture
+async def jev() -> AsyncIterator[StandInJev]:
+    async with StandInJev(JEV_KEY) as door:
+        yield door
+
+
+def with_a_decision_grader(tmp_path: Path) -> Path:
+    ext = copy_example(tmp_path)
+    (ext / "evals" / "overview" / "graders" / "judged.md").write_text(JUDGED, encoding="utf-8")
+    return ext
+
+
+def judged(outcome: SuiteOutcome, arm: str) -> dict[str, Any]:
+    grades = json.loads((outcome.results_dir / "artifacts" / "grades" / "overview" / f"{arm}-1.json").read_bytes())
+    [found] = [grader for grader in grades["graders"] if grader["name"] == "judged"]
+    assert found["type"] == "decision"
+    return dict(found)
+
+
+async def test_decision_graders_ask_the_decision_door_the_environment_names(
+    tmp_path: Path, temp_base: Path, jev: StandInJev
+) -> None:
+    environ = env(EVAL_RUNNER_TMP=str(temp_base), TYPESAFE_API_KEY=JEV_KEY, TYPESAFE_BASE_URL=jev.url + "/")
+    local = prepare(options(extension=with_a_decision_grader(tmp_path), out=tmp_path / "results", runs=1), environ)
+    assert local.decision is not None
+    assert local.decision.describe() == jev.url
+    assert f"decision door: {jev.url}" in local.notices
+    assert JEV_KEY not in repr(local)
+    outcome = await run_local(local)
+    with_it, without = judged(outcome, "subject"), judged(outcome, "baseline")
+    assert (with_it["passed"], with_it["explanation"]) == (True, "2 of 2 answers at or above 0.5; 2 needed")
+    assert (without["passed"], without["explanation"]) == (False, "0 of 2 answers at or above 0.5; 2 needed")
+    assert len(jev.asked) == 4
+    assert {asked["questions"]["grade"]["instructions"] for asked in jev.asked} == {
+        "Does the answer name the largest file?"
+    }
+    report = Report.parse_bytes((outcome.results_dir / "report.json").read_bytes())
+    assert report.ext_eval.reliance is not None
+    assert report.ext_eval.reliance.selector == "decision"
+    for path in (path for path in outcome.results_dir.rglob("*") if path.is_file()):
+        assert JEV_KEY.encode() not in path.read_bytes(), path
+    assert list(temp_base.iterdir()) == []
+
+
+async def test_without_a_decision_door_decision_graders_fail_and_say_so_first(tmp_path: Path, temp_base: Path) -> None:
+    environ = env(EVAL_RUNNER_TMP=str(temp_base))
+    local = prepare(options(extension=with_a_decision_grader(tmp_path), out=tmp_path / "results", runs=1), environ)
+    assert local.decision is None
+    assert any(
+        notice.startswith("decision door: none, so this test set's decision graders fail") for notice in local.notices
+    )
+    outcome = await run_local(local)
+    for arm in ("subject", "baseline"):
+        assert (judged(outcome, arm)["passed"], judged(outcome, arm)["explanation"]) == (False, NO_DECISION_DOOR)
+    assert NO_DECISION_DOOR == "no decision door is configured"
+
+
+def test_the_decision_door_is_read_as_serve_reads_it() -> None:
+    """The gateway borrows the door's key when the door is the gateway; every Jev key is scrubbed from runs."""
+    environ = {DEFAULT_KEY_ENV: KEY, "TYPESAFE_API_KEY": JEV_KEY, "OPENROUTER_API_KEY": "or-key"}
+    local = prepare(options(door_url="https://ai-gateway.vercel.sh/"), environ)
+    assert local.decision is not None
+    assert local.decision.describe() == "https://ai-gateway.vercel.sh → https://openrouter.ai → https://api.typesafe.ai"
+    assert set(local.decision_keys) == {KEY, "or-key", JEV_KEY}
+    assert set(local.plan(local.door or DoorSettings("", "", ""), Path("/tmp")).secrets) == {KEY, "or-key", JEV_KEY}
+    assert prepare(options(), {"OPENROUTER_API_KEY": "or-key"}).decision is None, "no TypeSafe key, no door"
+    assert not any("decision" in notice for notice in prepare(options(), {}).notices), "no decision graders here"

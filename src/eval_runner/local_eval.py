@@ -1,9 +1,9 @@
 """`eval-runner eval run`: an extension's `evals/` in both arms on this computer, through the same engine.
 
-A local run differs from a hosted one only in who it is by (the local key, 64 zeros), which agent and door
-it uses (the stand-ins unless told otherwise, and then the report says so) and where it writes; those
-choices live here so the command line stays parsing and printing. The door key is read from the
-environment only and never printed or kept. Decisions: docs/decisions.md, "`eval run`: a local run".
+A local run differs from a hosted one only in who it is by (the local key), which agent and door it uses
+(the stand-ins unless told otherwise, and then the report says so) and where it writes; those choices live
+here so the command line stays parsing and printing. Door keys are read from the environment only (the
+decision door as `serve` reads it) and never printed or kept. See docs/decisions.md, "`eval run`".
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from eval_runner import stand_ins
 from eval_runner.engine.grade.doors import OpenResponsesJudge
+from eval_runner.engine.grade.spec import DecisionGrader
 from eval_runner.engine.grade.votes import Doors
 from eval_runner.engine.report.build import ReportError
 from eval_runner.engine.report.inputs import StandIn
@@ -47,6 +48,8 @@ from eval_runner.engine.testset.cases import Suite, load_suite
 from eval_runner.engine.testset.catalog import LOCAL_KEY, PACKAGE_FILE, CatalogError, Tool, resolve_extension
 from eval_runner.engine.testset.frontmatter import TestSetError
 from eval_runner.errors import EvalRunnerError
+from eval_runner.service.config import ChatDoor, DecisionPin, Secret, os_error_text, read_decision
+from eval_runner.service.requests.suites import decision_door
 from eval_runner.stand_ins.door import StandInDoor
 
 #: Where the test set lives in an extension directory.
@@ -92,8 +95,10 @@ class EvalRunOptions:
 class LocalEval:
     """A checked local run, ready to start: the tool, its suite, the agent, the door and the options.
 
-    `door` is None for the in-process stand-in door; `stand_ins` the parts that are stand-ins, which the
-    report says; `notices` are what the person should know before it starts, one line each, for stderr.
+    `door` is None for the in-process stand-in door; `decision` the decision door's pin from the
+    environment (None: decision graders fail, as in a runner without one); `stand_ins` the parts that are
+    stand-ins, which the report says; `notices` are what the person should know before it starts, one line
+    each, for stderr.
     """
 
     tool: Tool
@@ -107,6 +112,7 @@ class LocalEval:
     temp_base: Path
     notices: tuple[str, ...] = field(default=())
     stand_ins: frozenset[StandIn] = frozenset()
+    decision: DecisionPin | None = None
 
     @property
     def planned(self) -> int:
@@ -138,7 +144,15 @@ class LocalEval:
             subject_definition=self.tool.record,
             hosted=False,
             stand_ins=self.stand_ins,
+            extra_secrets=self.decision_keys,
         )
+
+    @property
+    def decision_keys(self) -> tuple[str, ...]:
+        """The decision door's keys, scrubbed from what the runs keep as the chat door's is."""
+        if self.decision is None:
+            return ()
+        return tuple(dict.fromkeys(pin.key.expose() for pin in self.decision.doors))
 
 
 def prepare(options: EvalRunOptions, environ: Mapping[str, str]) -> LocalEval:
@@ -157,6 +171,7 @@ def prepare(options: EvalRunOptions, environ: Mapping[str, str]) -> LocalEval:
     agent = _agent(options.agent, environ, notices)
     model = options.model or environ.get("CODER_MODEL") or DEFAULT_MODEL
     door = _door_settings(options, environ, model, notices)
+    decision = _decision(suite, door, model, environ, notices)
     out = Path(os.path.abspath(options.out))
     if out.exists() and not out.is_dir():
         raise LocalEvalError(f"--out {out} is not a directory")
@@ -180,6 +195,7 @@ def prepare(options: EvalRunOptions, environ: Mapping[str, str]) -> LocalEval:
         temp_base=temp_base,
         notices=tuple(notices),
         stand_ins=frozenset(stand_ins),
+        decision=decision,
     )
 
 
@@ -203,9 +219,11 @@ async def run_local(
         try:
             await asyncio.to_thread(local.results_base.mkdir, parents=True, exist_ok=True)
         except OSError as error:
-            raise LocalEvalError(f"--out {local.results_base}: {error.strerror or error}") from None
+            raise LocalEvalError(f"--out {local.results_base}: {os_error_text(error)}") from None
         async with _open_door(local) as door:
-            doors = Doors(judge=OpenResponsesJudge(door.url, door.key, door.model))
+            doors = Doors(
+                decision=decision_door(local.decision), judge=OpenResponsesJudge(door.url, door.key, door.model)
+            )
             setup_seconds = time.monotonic() - began
             try:
                 outcome = await run_suite(
@@ -219,7 +237,7 @@ async def run_local(
             except (ReportError, ResultsError) as error:
                 raise LocalEvalError(f"the run finished but its results could not be written: {error}") from None
             except OSError as error:
-                raise LocalEvalError(f"the run could not go on: {error.strerror or error}") from None
+                raise LocalEvalError(f"the run could not go on: {os_error_text(error)}") from None
 
 
 def run_blocking(
@@ -336,6 +354,25 @@ def _door_settings(
     return DoorSettings(url=url.rstrip("/"), key=key, model=model)
 
 
+def _decision(
+    suite: Suite, door: DoorSettings | None, model: str, environ: Mapping[str, str], notices: list[str]
+) -> DecisionPin | None:
+    """The decision door `serve` would have in this environment (TYPESAFE_API_KEY and its fallbacks)."""
+    chat = (
+        ChatDoor(url="", model=model, key=Secret("")) if door is None else ChatDoor(door.url, model, Secret(door.key))
+    )
+    pin = read_decision(environ, chat)
+    asks = any(isinstance(grader, DecisionGrader) for case in suite.cases for grader in case.graders)
+    if pin is not None:
+        notices.append(f"decision door: {pin.describe()}")
+    elif asks:
+        notices.append(
+            "decision door: none, so this test set's decision graders fail; set TYPESAFE_API_KEY "
+            "(and TYPESAFE_BASE_URL, AI_GATEWAY_API_KEY, OPENROUTER_API_KEY as for serve) to give them one"
+        )
+    return pin
+
+
 # --- the run's surroundings ----------------------------------------------------------------------
 
 
@@ -344,7 +381,7 @@ async def _temp_root(base: Path) -> AsyncIterator[Path]:
     try:
         made = Path(tempfile.mkdtemp(prefix="er-", dir=base)).resolve()
     except OSError as error:
-        raise LocalEvalError(f"cannot make a temp directory in {base}: {error.strerror or error}") from None
+        raise LocalEvalError(f"cannot make a temp directory in {base}: {os_error_text(error)}") from None
     try:
         if len(os.fsencode(made)) > MAX_TEMP_ROOT_BYTES:
             raise LocalEvalError(

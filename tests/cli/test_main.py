@@ -1,11 +1,15 @@
 """The console script through a real subprocess: --version and --help, `eval run` on the example extension
 with real bubblewrap (stand-in door and agent, or a stand-in door in its own process reached like a real
-one), bad input as one plain line, and the door key kept out of everything printed and kept. Also the
-terminal rendering (`console`) when stderr is not a terminal."""
+one), its `--json` object and `--fail-on` exit codes, bad input as one plain line, and the door key kept
+out of everything printed and kept. Also the terminal rendering when stderr is not a terminal, and the
+one parser (in process): every command's help names its options and variables with their defaults, and
+every wrong command line exits 64."""
 
 from __future__ import annotations
 
+import argparse
 import io
+import json
 import os
 import re
 import shutil
@@ -13,12 +17,18 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 
+import eval_runner.local_eval
+import eval_runner.service.config
 from eval_runner import __version__
+from eval_runner.cli.eval_run import FAIL_ON, exit_code
+from eval_runner.cli.main import build_parser, main
 from eval_runner.cli.render import ProgressView, finished_words
 from eval_runner.contracts.report import Report
 from eval_runner.engine.run.collect import remove_tree
@@ -240,11 +250,259 @@ def test_progress_off_a_terminal_is_one_plain_line_per_finished_run() -> None:
 
 
 def test_no_command_or_an_unknown_one_is_a_usage_error_64() -> None:
-    for argv in ([], ["run"], ["eval", "run"], ["serve-now"]):
+    for argv, usage in (
+        ([], "usage: eval-runner [-h]"),
+        (["run"], "usage: eval-runner [-h]"),
+        (["serve-now"], "usage: eval-runner [-h]"),
+        (["eval"], "usage: eval-runner eval [-h] ACTION"),
+        (["eval", "walk"], "usage: eval-runner eval [-h] ACTION"),
+        (["eval", "run"], "usage: eval-runner eval run [-h]"),
+        (["trainer"], "usage: eval-runner trainer [-h] ACTION"),
+    ):
         done = subprocess.run([sys.executable, "-m", "eval_runner.cli", *argv], capture_output=True, text=True)
         assert done.returncode == 64, (argv, done.stderr)
-        assert "usage: eval-runner" in done.stderr
+        assert done.stderr.startswith(usage), (argv, done.stderr)
         assert done.stdout == ""
     shown = subprocess.run([sys.executable, "-m", "eval_runner.cli", "help"], capture_output=True, text=True)
     assert shown.returncode == 0
     assert "usage: eval-runner" in shown.stdout
+
+
+# --- the one parser ----------------------------------------------------------------------------------
+
+#: Each command as it is called, with the positional arguments it needs.
+COMMAND_LINES = {
+    "demo": ["demo"],
+    "eval run": ["eval", "run", str(EXAMPLE)],
+    "serve": ["serve"],
+    "check": ["check"],
+    "pubkey": ["pubkey"],
+    "usage": ["usage"],
+    "trainer run": ["trainer", "run"],
+    "trainer status": ["trainer", "status", "ID"],
+    "trainer cancel": ["trainer", "cancel", "ID"],
+}
+DECISION_VARIABLES = ("TYPESAFE_API_KEY", "TYPESAFE_BASE_URL", "AI_GATEWAY_API_KEY", "OPENROUTER_API_KEY")
+
+
+def read_names(module: Any) -> set[str]:
+    """The environment variables a module's source reads by name (`env.var("X")`, `environ.get("X")`)."""
+    return set(re.findall(r'(?:var|get)\("([A-Z][A-Z0-9_]*)"\)', Path(module.__file__).read_text(encoding="utf-8")))
+
+
+TRAINER_VARIABLES = frozenset(
+    {
+        "EVAL_RUNNER_RELAY",
+        "EVAL_RUNNER_PUBKEY",
+        "EVAL_RUNNER_TRAINER_DIR",
+        "XDG_STATE_HOME",
+        "EVAL_RUNNER_STATE",
+        "EVAL_RUNNER_KEY_FILE",
+        "HOME",
+    }
+)
+#: The variables each command reads, which its help must name with a default.
+VARIABLES = {
+    "demo": {"EVAL_RUNNER_STATE", "EVAL_RUNNER_TMP", "HOME"},
+    "eval run": read_names(eval_runner.local_eval) | {"CODER_DOOR_KEY", *DECISION_VARIABLES},
+    "serve": read_names(eval_runner.service.config),
+    "check": read_names(eval_runner.service.config),
+    "pubkey": {"EVAL_RUNNER_KEY_FILE", "EVAL_RUNNER_RELAY", "EVAL_RUNNER_STATE", "HOME"},
+    "usage": {"EVAL_RUNNER_STATE", "HOME"},
+    **dict.fromkeys(("trainer run", "trainer status", "trainer cancel"), TRAINER_VARIABLES),
+}
+
+
+def in_process(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def leaf_parsers() -> dict[str, argparse.ArgumentParser]:
+    """Every command's own parser, by its name after `eval-runner`."""
+    found: dict[str, argparse.ArgumentParser] = {}
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> None:
+        groups = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+        if not groups:
+            found[name] = parser
+        for group in groups:
+            for word, child in group.choices.items():
+                walk(child, f"{name} {word}".strip())
+
+    walk(build_parser(), "")
+    return found
+
+
+def test_the_commands_checked_here_are_every_command() -> None:
+    assert set(leaf_parsers()) == set(COMMAND_LINES) == set(VARIABLES)
+    assert {"EVAL_RUNNER_CODER", "CODER_MODEL", "EVAL_RUNNER_TMP"} <= VARIABLES["eval run"]
+    assert {"EVAL_RUNNER_LISTEN", "GYM_GATES_DIR", "HOSTNAME", "TMPDIR", "HOME"} <= VARIABLES["serve"]
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_LINES))
+def test_every_commands_help_names_its_options_and_variables_with_defaults(command: str) -> None:
+    code, shown, err = in_process([*COMMAND_LINES[command], "--help"])
+    assert (code, err) == (0, "")
+    assert shown.startswith(f"usage: eval-runner {command} [-h]")
+    flat = " ".join(shown.split())
+    for action in leaf_parsers()[command]._actions:
+        if not action.option_strings or action.nargs == 0:
+            continue  # a positional argument, or a flag (--json, --help): no value, no default
+        assert action.option_strings[0] in shown, (command, action.option_strings)
+        assert action.help is not None
+        assert "[default: " in action.help or "[env: " in action.help, (command, action.option_strings)
+        assert " ".join(action.help.split()) in flat
+    for name in VARIABLES[command]:
+        assert re.search(rf"(^  |\[env: ){name}=", shown, re.MULTILINE), (command, name)
+
+
+def test_an_option_from_the_environment_shows_the_variable_and_the_default() -> None:
+    _, shown, _ = in_process(["trainer", "run", "--help"])
+    flat = " ".join(shown.split())
+    assert "--relay URL the relay [env: EVAL_RUNNER_RELAY=ws://127.0.0.1:7447]" in flat
+    assert "--timeout SECONDS how long to wait [default: 3600]" in flat
+    _, shown, _ = in_process(["serve", "--help"])
+    assert re.search(r"^  EVAL_RUNNER_LISTEN=127\.0\.0\.1:7447 +where the embedded relay listens", shown, re.M)
+    assert re.search(r"^  EVAL_RUNNER_CONCURRENCY=4 +runs at once in one suite, 1\.\.8$", shown, re.M)
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_LINES))
+def test_an_unknown_flag_is_an_error_of_that_command(command: str) -> None:
+    code, out, err = in_process([*COMMAND_LINES[command], "--whatever"])
+    assert (code, out) == (64, "")
+    assert err.startswith(f"usage: eval-runner {command} ")
+    assert err.endswith(f"\neval-runner {command}: error: unrecognized arguments: --whatever\n")
+
+
+@pytest.mark.parametrize("argv", [["--whatever"], ["eval", "--whatever"], ["trainer", "--whatever"], ["usage", "--js"]])
+def test_an_unknown_flag_anywhere_else_exits_64(argv: list[str]) -> None:
+    code, out, err = in_process(argv)
+    assert (code, out) == (64, "")
+    assert f"error: unrecognized arguments: {argv[-1]}" in err
+
+
+def test_pubkey_refuses_what_it_does_not_take() -> None:
+    done = cli("pubkey", "--whatever")
+    assert (done.returncode, done.stdout) == (64, "")
+    assert (
+        done.stderr == "usage: eval-runner pubkey [-h]\neval-runner pubkey: error: unrecognized arguments: --whatever\n"
+    )
+
+
+def test_help_exits_0_everywhere() -> None:
+    for argv in (["-h"], ["help"], ["eval", "-h"], ["trainer", "--help"], ["usage", "-h"]):
+        code, shown, err = in_process(argv)
+        assert (code, err) == (0, ""), argv
+        assert shown.startswith("usage: eval-runner"), argv
+
+
+# --- eval run for scripts ----------------------------------------------------------------------------
+
+JSON_KEYS = {
+    "verdict",
+    "verdict_words",
+    "headline",
+    "headline_text",
+    "notes",
+    "stand_ins",
+    "partial",
+    "report",
+    "html",
+    "results",
+    "cancelled",
+    "fail_on",
+    "exit_code",
+    "error",
+}
+
+
+def test_eval_run_json_is_one_object_on_stdout(tmp_path: Path, environ: dict[str, str]) -> None:
+    out = tmp_path / "results"
+    done = cli(
+        "eval",
+        "run",
+        str(EXAMPLE),
+        "--runs",
+        "2",
+        "--json",
+        "--fail-on",
+        "inconclusive",
+        "--out",
+        str(out),
+        env=environ,
+    )
+    assert done.returncode == 0, done.stderr
+    [line] = done.stdout.splitlines()
+    found = json.loads(line)
+    assert set(found) == JSON_KEYS
+    assert (found["verdict"], found["verdict_words"]) == ("pass", "Better")
+    assert found["headline"] == {"subject_passed": 2, "baseline_passed": 1, "total": 2}
+    assert (
+        found["headline_text"] == "Passes 2 of 2 tests with the extension, 1 of 2 without. Change in mean score: +0.50."
+    )
+    assert found["stand_ins"] == ["agent", "door"]
+    assert (found["cancelled"], found["partial"], found["error"]) == (False, None, None)
+    assert (found["fail_on"], found["exit_code"]) == ("inconclusive", 0)
+    report, html = Path(found["report"]), Path(found["html"])
+    assert report.parent == html.parent == Path(found["results"])
+    assert report.parent.parent == out
+    assert Report.parse_bytes(report.read_bytes()).verdict.value == "pass"
+    assert html.is_file()
+    # Before it starts, it says the agent and the door are stand-ins; progress stays on stderr.
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("agent: the stand-in agent (")
+    assert lines[1].startswith("door: an offline stand-in")
+    assert "run 8/8" in done.stderr
+
+
+@pytest.mark.parametrize(("fail_on", "code"), [(None, 0), ("worse", 0), ("inconclusive", 1)])
+def test_fail_on_follows_the_verdict(tmp_path: Path, environ: dict[str, str], fail_on: str | None, code: int) -> None:
+    """One run per case and arm: the example's verdict is No clear change, which only `inconclusive` fails."""
+    asked = [] if fail_on is None else ["--fail-on", fail_on]
+    done = cli("eval", "run", str(EXAMPLE), "--runs", "1", "--json", *asked, "--out", str(tmp_path), env=environ)
+    assert done.returncode == code, done.stderr
+    found = json.loads(done.stdout)
+    assert (found["verdict"], found["verdict_words"]) == ("inconclusive", "No clear change")
+    assert (found["fail_on"], found["exit_code"]) == (fail_on, code)
+
+
+def test_the_verdicts_that_fail_are_ordered_worse_inconclusive_better() -> None:
+    table = {
+        (verdict, fail_on): exit_code(verdict, cancelled=False, fail_on=fail_on)
+        for verdict in Verdict
+        for fail_on in (None, *FAIL_ON)
+    }
+    assert table == {
+        (Verdict.PASS, None): 0,
+        (Verdict.PASS, "worse"): 0,
+        (Verdict.PASS, "inconclusive"): 0,
+        (Verdict.INCONCLUSIVE, None): 0,
+        (Verdict.INCONCLUSIVE, "worse"): 0,
+        (Verdict.INCONCLUSIVE, "inconclusive"): 1,
+        (Verdict.FAIL, None): 0,
+        (Verdict.FAIL, "worse"): 1,
+        (Verdict.FAIL, "inconclusive"): 1,
+    }
+    assert exit_code(Verdict.FAIL, cancelled=True, fail_on="worse") == 130
+
+
+def test_eval_run_json_says_why_when_nothing_ran(tmp_path: Path, environ: dict[str, str]) -> None:
+    done = cli("eval", "run", str(tmp_path), "--json", "--fail-on", "worse", env=environ)
+    assert done.returncode == 1
+    found = json.loads(done.stdout)
+    assert set(found) == JSON_KEYS
+    assert found["error"] == f"{tmp_path} is not an extension directory: it has no package.json"
+    assert (found["verdict"], found["report"], found["exit_code"]) == (None, None, 1)
+    assert done.stderr == f"eval-runner: {found['error']}\n"
+
+
+def test_a_wrong_fail_on_is_a_usage_error() -> None:
+    code, out, err = in_process(["eval", "run", str(EXAMPLE), "--fail-on", "better"])
+    assert (code, out) == (64, "")
+    assert err.endswith(
+        "eval-runner eval run: error: argument --fail-on: invalid choice: 'better' "
+        "(choose from 'worse', 'inconclusive')\n"
+    )

@@ -1,6 +1,7 @@
 """`eval-runner trainer` as a real subprocess against a runner served in this process (the real pipeline over
 nostr-sdk's LocalRelay with the stand-in suite runner): exit codes, the `--json` object, the verdict
-table, the kept request records that status, cancel and retransmission use, and usage errors.
+table, the kept request records that status, cancel and retransmission use, usage errors (exit 64), and a
+relay and runner that do not go together refused before anything is sent.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from eval_runner.contracts.hosted import RUNNER
 from eval_runner.nostr import Filter, RelayEvent, SecretKey
 from eval_runner.service.relay.connection import RelayConnection, query_on
 from tests.support.hosted_service import Service, hosted_service
@@ -30,8 +32,8 @@ FIXTURES_WARNING = (
 
 def environment() -> dict[str, str]:
     """This process's environment without any trainer or runner settings, so only the flags count."""
-    skip = {"EVAL_RUNNER_RELAY", "EVAL_RUNNER_PUBKEY", "EVAL_RUNNER_TRAINER_DIR"}
-    return {name: value for name, value in os.environ.items() if name not in skip}
+    skip = {"EVAL_RUNNER_RELAY", "EVAL_RUNNER_PUBKEY", "EVAL_RUNNER_TRAINER_DIR", "EVAL_RUNNER_STATE"}
+    return {name: value for name, value in os.environ.items() if name not in skip | {"EVAL_RUNNER_KEY_FILE"}}
 
 
 async def trainer(*args: str) -> tuple[int, str, str]:
@@ -184,13 +186,17 @@ async def test_no_answer_is_worker_absent(tmp_path: Path) -> None:
 
 async def test_usage_errors_exit_64_and_key_files_are_checked(tmp_path: Path) -> None:
     key, _ = key_file(tmp_path)
-    where = ["--relay", "ws://127.0.0.1:9", "--requests", str(tmp_path / "requests")]
+    runner = SecretKey.generate().public_key().to_hex()
+    where = ["--relay", "ws://127.0.0.1:9", "--runner", runner, "--requests", str(tmp_path / "requests")]
     wrong = {
         "no key": ["run", "--extension", str(EXAMPLE), *where],
         "suite without subject": ["run", "--suite", str(EXAMPLE / "evals"), "--key-file", str(key), *where],
         "four runs": ["run", "--extension", str(EXAMPLE), "--runs", "4", "--key-file", str(key), *where],
         "two subjects": ["run", "--extension", str(EXAMPLE), "--subject", "{}", "--key-file", str(key), *where],
-        "a bad runner": ["status", "x", "--runner", "not-a-key", "--key-file", str(key), *where],
+        "a bad runner": ["status", "x", "--key-file", str(key), *where, "--runner", "not-a-key"],
+        "an unknown flag": ["cancel", "x", "--key-file", str(key), *where, "--whatever"],
+        "no action": [],
+        "an unknown action": ["stop", "x"],
     }
     for what, args in wrong.items():
         code, _, err = await trainer(*args)
@@ -237,3 +243,19 @@ async def test_a_lost_relay_exits_1_naming_the_request_to_retransmit(tmp_path: P
     assert found["request"] == record.stem
     assert json.loads(record.read_text())["events"][0]["id"] == delivered.event.id
     assert f"`eval-runner trainer run --retransmit {record.stem}` asks again" in err
+
+
+async def test_the_production_key_with_the_local_relay_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    """No --relay: the local relay, which the production runner never reads, so its key is refused there."""
+    key, _ = key_file(tmp_path)
+    requests = tmp_path / "requests"
+    code, out, err = await trainer(
+        "run", "--extension", str(EXAMPLE), "--runner", RUNNER, "--key-file", str(key), "--requests", str(requests)
+    )
+    assert (code, out) == (64, "")
+    assert err == (
+        "eval-runner trainer: the production runner listens on wss://relay.openagents.com, not on the local "
+        "relay ws://127.0.0.1:7447: pass --relay wss://relay.openagents.com to reach it, --runner with a local "
+        "runner's key, or give both --relay and --runner to send there anyway\n"
+    )
+    assert not requests.exists()

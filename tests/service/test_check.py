@@ -24,7 +24,7 @@ Main = Callable[..., int]
 
 def run(main: Main, environ: dict[str, str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = main([], stdout=out, stderr=err, environ=environ)
+    code = main(stdout=out, stderr=err, environ=environ)
     return code, out.getvalue(), err.getvalue()
 
 

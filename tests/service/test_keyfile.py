@@ -181,7 +181,7 @@ def test_a_key_that_cannot_be_written_says_where(tmp_path: Path) -> None:
 
 def run_pubkey(environ: dict[str, str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = pubkey_main([], stdout=out, stderr=err, environ=environ)
+    code = pubkey_main(stdout=out, stderr=err, environ=environ)
     return code, out.getvalue(), err.getvalue()
 
 

@@ -221,7 +221,9 @@ def _digest(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_the_service_commands_take_their_arguments_as_the_reference_does(tmp_path: Path) -> None:
+def test_the_service_commands_refuse_a_wrong_command_line_with_64(tmp_path: Path) -> None:
+    """The service commands are argparse subcommands like the others: a wrong word is a usage error (64)
+    of that command, never ignored; a command that could not do its work is `eval-runner: …`, exit 1."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
 
     def cli(*arguments: str) -> subprocess.CompletedProcess[str]:
@@ -229,17 +231,23 @@ def test_the_service_commands_take_their_arguments_as_the_reference_does(tmp_pat
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=BOUND, check=False)
 
     wrong = cli("usage", "--by", "week")
-    assert (wrong.returncode, wrong.stderr) == (
-        1,
-        "eval-runner: --by is key, action, subject, day, or outcome, not week\n",
+    assert (wrong.returncode, wrong.stdout) == (64, "")
+    assert wrong.stderr.endswith(
+        "eval-runner usage: error: argument --by: must be key, action, subject, day or outcome, not 'week'\n"
     )
     empty = cli("usage", "--json", "--dir", str(tmp_path))
     assert empty.returncode == 0
     assert json.loads(empty.stdout)[0]["jobs"] == 0
     shown = cli("serve", "--help")
     assert shown.returncode == 0
-    assert shown.stdout.startswith("usage: eval-runner serve\n")
-    missing = cli("pubkey", "ignored")
+    assert shown.stdout.startswith("usage: eval-runner serve [-h]\n")
+    for command in ("serve", "check", "pubkey"):
+        extra = cli(command, "ignored")
+        assert (extra.returncode, extra.stdout) == (64, ""), command
+        assert extra.stderr == (
+            f"usage: eval-runner {command} [-h]\neval-runner {command}: error: unrecognized arguments: ignored\n"
+        )
+    missing = cli("pubkey")
     path = tmp_path / ".openagents" / "eval-runner" / "runner-key"
     assert (missing.returncode, missing.stderr) == (
         1,

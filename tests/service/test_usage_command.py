@@ -1,23 +1,30 @@
-"""`eval-runner usage` (runner.md §3.5): flags, default directory, table and JSON output, the unreadable
-count on stderr, and every error's message and exit code."""
+"""`eval-runner usage` (runner.md §3.5) through the command line, in this process: flags, default directory,
+table and JSON output, the unreadable count on stderr, and every error's message and exit code (a wrong
+command line is argparse's usage error, exit 64; a log that cannot be read is exit 1)."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import replace
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
-from eval_runner.service.usage import Record, UsageLog, usage_main
+from eval_runner.cli.main import main
+from eval_runner.service.usage import Record, UsageLog
 
 DAY_ONE = 1_790_812_800_000  # 2026-10-01T00:00:00Z
 
 
 def run(argv: list[str], environ: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """`eval-runner usage ARGV` with `environ` as the whole environment."""
     out, err = io.StringIO(), io.StringIO()
-    code = usage_main(argv, stdout=out, stderr=err, environ=environ or {})
+    with mock.patch.dict(os.environ, environ or {}, clear=True), redirect_stdout(out), redirect_stderr(err):
+        code = main(["usage", *argv])
     return code, out.getvalue(), err.getvalue()
 
 
@@ -94,29 +101,39 @@ def test_unreadable_lines_are_reported_on_stderr(usage_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--since", "yesterday"], "yesterday is not a YYYY-MM-DD date"),
-        (["--since", "2026-1-01"], "2026-1-01 is not a YYYY-MM-DD date"),
-        (["--since", "2026-13-01"], "2026-13-01 is not a date on the calendar: month must be in 1..12"),
-        (["--since", "2026-02-30"], "2026-02-30 is not a date on the calendar: day is out of range for month"),
-        (["--by", "color"], "--by is key, action, subject, day, or outcome, not color"),
-        (["--since"], "--since needs a value"),
-        (["--by"], "--by needs a value"),
-        (["--json", "--dir"], "--dir needs a value"),
-        (["--verbose"], "usage: unknown argument --verbose"),
-        (["--json", "extra"], "usage: unknown argument extra"),
-        (["--by", "color", "--since"], "--by is key, action, subject, day, or outcome, not color"),
+        (["--since", "yesterday"], "argument --since: yesterday is not a YYYY-MM-DD date"),
+        (["--since", "2026-1-01"], "argument --since: 2026-1-01 is not a YYYY-MM-DD date"),
+        (
+            ["--since", "2026-13-01"],
+            "argument --since: 2026-13-01 is not a date on the calendar: month must be in 1..12",
+        ),
+        (
+            ["--since", "2026-02-30"],
+            "argument --since: 2026-02-30 is not a date on the calendar: day is out of range for month",
+        ),
+        (["--by", "color"], "argument --by: must be key, action, subject, day or outcome, not 'color'"),
+        (["--since"], "argument --since: expected one argument"),
+        (["--by"], "argument --by: expected one argument"),
+        (["--json", "--dir"], "argument --dir: expected one argument"),
+        (["--verbose"], "unrecognized arguments: --verbose"),
+        (["--json", "extra"], "unrecognized arguments: extra"),
+        (["--js"], "unrecognized arguments: --js"),  # options are never abbreviated
+        (["--by", "color", "--since"], "argument --by: must be key, action, subject, day or outcome, not 'color'"),
     ],
 )
-def test_errors_exit_one_with_the_message(argv: list[str], message: str) -> None:
+def test_a_wrong_command_line_is_a_usage_error_64(argv: list[str], message: str) -> None:
     # Arguments and `--since` are checked before the directory is looked at.
-    assert run(argv, {"EVAL_RUNNER_STATE": "/nonexistent"}) == (1, "", f"eval-runner: {message}\n")
+    code, out, err = run(argv, {"EVAL_RUNNER_STATE": "/nonexistent"})
+    assert (code, out) == (64, "")
+    assert err.startswith("usage: eval-runner usage ")
+    assert err.endswith(f"\neval-runner usage: error: {message}\n")
 
 
 def test_an_impossible_since_is_refused_even_with_a_log_to_read(usage_dir: Path) -> None:
-    assert run(["--since", "2026-10-32", "--dir", str(usage_dir)]) == (
-        1,
-        "",
-        "eval-runner: 2026-10-32 is not a date on the calendar: day is out of range for month\n",
+    code, _, err = run(["--since", "2026-10-32", "--dir", str(usage_dir)])
+    assert code == 64
+    assert err.endswith(
+        "error: argument --since: 2026-10-32 is not a date on the calendar: day is out of range for month\n"
     )
 
 

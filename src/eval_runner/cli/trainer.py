@@ -1,29 +1,9 @@
-"""`eval-runner trainer`: ask a runner over a relay whether an extension helps, from a terminal or a script.
+"""`eval-runner trainer run|status|cancel`: ask a runner over a relay whether an extension helps, from a
+terminal (a progress bar, then the verdict table from the sealed report) or a script (`--json`).
 
-`trainer run` builds the request (`--subject DEFREF` or `--extension DIR`, with `--draft FILE` or `--suite
-DIR`; `--extension` alone sends the extension's own `evals/`), sends it and shows the runner's answers as
-they are bound: a live progress bar from the progress notes, then the verdict table from the sealed
-report. `trainer status ID` and `trainer cancel ID` send controls for a run sent earlier; `trainer run
---retransmit ID` re-signs the same body (the runner answers it from its ledger, never running it twice).
-
-Controls and retransmissions need the request's body, and job events are ephemeral (no relay keeps
-them), so every request sent is kept as a record (`trainer_request.Request.to_json`, no key material)
-in `--requests DIR` (default `$EVAL_RUNNER_TRAINER_DIR`, else `$XDG_STATE_HOME/eval-runner/trainer`,
-else `~/.local/state/eval-runner/trainer`), one `<request id>.json` each, written before the request is
-published. `ID` is the request id or the id of any event that carried it.
-
-`--json` prints one JSON object on stdout when the command ends and draws nothing: for `run`, the
-request and event ids, the outcome, the result body as bound, headline, verdict (and its words), notes,
-report ref, sealed id, per-case rows and the parts that were stand-ins (from the report), the contiguous
-`progress` notes as an array, any conflicting results and the warnings; for `status` and `cancel`, the
-control's answer (and for a cancel the run's own result once it came). Warnings also go to stderr as plain
-lines. When the trainer could not ask at all (the relay, an input file, a key) the object is
-`{"error": <code>, "message": <why>}`, with the `request` id once there was one (`--retransmit` it).
-
-Exit codes: 0 for a completed run (whatever the verdict) whose sealed report opened and checked, an
-answered status, an acknowledged cancel; 1 for a refusal, a failed, cancelled or unknown run, no answer
-within `--timeout` (`worker_absent`: nothing heard; `worker_silent`: heard, then nothing), a relay or
-input file that failed, or a report that does not check; 64 when the command line itself is wrong.
+Job events are ephemeral, so every request sent is kept locally (`--requests DIR`) for status, cancel and
+`--retransmit`. Which runner on which relay is `cli.destination`'s rule. Choices and exit codes:
+docs/decisions.md, "The trainer client".
 """
 
 from __future__ import annotations
@@ -37,21 +17,33 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final, NoReturn, TypeAlias
+from typing import Any, Final
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from eval_runner.cli.destination import LOCAL_RELAY, RELAY_ENV, RULE, RUNNER_ENV, destination
+from eval_runner.cli.parser import (
+    USAGE,
+    Commands,
+    Handler,
+    Parser,
+    UsageError,
+    Variable,
+    env_default,
+    environment,
+    fixed_default,
+)
 from eval_runner.cli.render import case_table, verdict_text
 from eval_runner.contracts.answers import AcceptedBody, Answer, CancelResult, ProgressBody, ResultBody, StatusResult
-from eval_runner.contracts.hosted import RUNNER, RunInput
+from eval_runner.contracts.hosted import RunInput
 from eval_runner.contracts.strict_json import JsonValue, read
 from eval_runner.engine.report import view as words
 from eval_runner.engine.report.inputs import StandIn
 from eval_runner.engine.report.view import ArmCell, CaseView, ReportView, view_of
 from eval_runner.engine.verdict.gate import Verdict
-from eval_runner.errors import EvalRunnerError
-from eval_runner.nostr import KeyFormatError, PublicKey, SecretKey
+from eval_runner.nostr import SecretKey
+from eval_runner.service.config import HOME_STATE, STATE_KEY_FILE
 from eval_runner.service.keyfile import KeyFileError, ensure_key, load_key
 from eval_runner.trainer.client import (
     CANCEL_REASON,
@@ -68,26 +60,26 @@ from eval_runner.trainer.client import (
     suite_draft,
 )
 
-Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-USAGE: Final = 64
-DEFAULT_RELAY: Final = "ws://127.0.0.1:7447"
-RELAY_ENV: Final = "EVAL_RUNNER_RELAY"
-RUNNER_ENV: Final = "EVAL_RUNNER_PUBKEY"
 REQUESTS_ENV: Final = "EVAL_RUNNER_TRAINER_DIR"
+REQUESTS_DEFAULT: Final = "$XDG_STATE_HOME/eval-runner/trainer"
 CONTROL_SECONDS: Final = 60.0
 MAX_RUNS: Final = 3
-
-
-class UsageError(EvalRunnerError):
-    """The command line is wrong (exit 64)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """A trainer subcommand's parser: a wrong command line exits 64 (EX_USAGE), as the issue asks."""
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(USAGE, f"{self.prog}: error: {message}\n")
+ENVIRONMENT: Final = (
+    Variable(RELAY_ENV, LOCAL_RELAY, "the relay, when --relay is not given"),
+    Variable(RUNNER_ENV, "(unset: the runner that goes with the relay)", "the runner, when --runner is not given"),
+    Variable(REQUESTS_ENV, REQUESTS_DEFAULT, "where sent requests are kept, when --requests is not given"),
+    Variable("XDG_STATE_HOME", "$HOME/.local/state", "the base of the kept requests' default directory"),
+    Variable("EVAL_RUNNER_KEY_FILE", "(unset)", "the local runner's key file, as for serve and pubkey"),
+    Variable(
+        "EVAL_RUNNER_STATE", f"$HOME/{HOME_STATE}", f"the local runner's state: its key is <state>/{STATE_KEY_FILE}"
+    ),
+    Variable("HOME", "(unset: .)", "the base of the $HOME defaults"),
+)
+_EXIT_CODES: Final = (
+    "Exit codes: 0 a completed run whose sealed report checked (whatever the verdict), an answered status, an "
+    "acknowledged cancel; 1 a refusal, a failed, cancelled or unknown run, no answer within --timeout, a relay "
+    "or input that failed, a report that does not check; 64 a wrong command line."
+)
 
 
 def register(commands: Commands) -> None:
@@ -97,48 +89,91 @@ def register(commands: Commands) -> None:
         help="ask a runner over a relay whether an extension helps",
         description="Send runs to a hosted eval runner, follow them, stop them.",
     )
-    group.set_defaults(handler=lambda _: _print_help(group))
-    actions = group.add_subparsers(title="trainer commands", metavar="ACTION", parser_class=_Parser)
+    actions = group.add_commands("trainer commands", "ACTION")
     run = actions.add_parser(
         "run",
         help="send a run and show its progress and verdict",
         description=(
-            "Send a run of a test set against a tool and wait for the verdict. Exits 0 on a completed run, "
-            "whatever the verdict; 1 on a refusal, a failed or cancelled run, or no answer in time."
+            "Send a run of a test set against a tool and wait for the verdict, showing the runner's progress. "
+            f"{RULE} {_EXIT_CODES}"
         ),
+        epilog=environment(ENVIRONMENT),
     )
     subject = run.add_mutually_exclusive_group()
-    subject.add_argument("--subject", metavar="DEFREF", help="the catalog tool's DefinitionRef (JSON, or a file)")
+    by_draft = fixed_default("the tool the draft names")
+    subject.add_argument(
+        "--subject", metavar="DEFREF", help="the catalog tool's DefinitionRef (JSON, or a file) " + by_draft
+    )
     alone = "the extension directory; alone, its evals/ are sent"
-    subject.add_argument("--extension", metavar="DIR", type=Path, help=alone)
+    subject.add_argument("--extension", metavar="DIR", type=Path, help=f"{alone} {by_draft}")
     tests = run.add_mutually_exclusive_group()
-    tests.add_argument("--draft", metavar="FILE", type=Path, help="an openagents.eval-draft.v1 file")
-    tests.add_argument("--suite", metavar="DIR", type=Path, help="a local evals/ directory, sent as a draft")
-    run.add_argument("--runs", metavar="N", type=_runs, default=1, help="runs per arm, 1..3 (default 1)")
-    run.add_argument("--retransmit", metavar="ID", help="re-sign and resend a request sent earlier, unchanged")
+    own = fixed_default("the --extension's own evals/")
+    tests.add_argument("--draft", metavar="FILE", type=Path, help="an openagents.eval-draft.v1 file " + own)
+    tests.add_argument("--suite", metavar="DIR", type=Path, help="a local evals/ directory, sent as a draft " + own)
+    run.add_argument("--runs", metavar="N", type=_runs, default=1, help="runs per arm, 1..3 " + fixed_default(1))
+    run.add_argument(
+        "--retransmit",
+        metavar="ID",
+        help="re-sign and resend a request sent earlier, unchanged " + fixed_default("a new request"),
+    )
     _common(run, WAIT_SECONDS)
     run.set_defaults(handler=_handler(_run))
-    status = actions.add_parser("status", help="ask where a run stands", description="Ask where a run stands.")
+    status = actions.add_parser(
+        "status",
+        help="ask where a run stands",
+        description=f"Ask the runner where a run sent earlier stands. {RULE} {_EXIT_CODES}",
+        epilog=environment(ENVIRONMENT),
+    )
     status.add_argument("id", metavar="ID", help="the request id, or the id of an event that carried it")
     _common(status, CONTROL_SECONDS)
     status.set_defaults(handler=_handler(_status))
-    cancel = actions.add_parser("cancel", help="stop a run", description="Ask the runner to stop a run.")
+    cancel = actions.add_parser(
+        "cancel",
+        help="stop a run",
+        description=f"Ask the runner to stop a run sent earlier. {RULE} {_EXIT_CODES}",
+        epilog=environment(ENVIRONMENT),
+    )
     cancel.add_argument("id", metavar="ID", help="the request id, or the id of an event that carried it")
-    cancel.add_argument("--reason", default=CANCEL_REASON, help="why, for the runner's records")
+    cancel.add_argument(
+        "--reason", default=CANCEL_REASON, help="why, for the runner's records " + fixed_default(CANCEL_REASON)
+    )
     _common(cancel, CONTROL_SECONDS)
     cancel.set_defaults(handler=_handler(_cancel))
 
 
-def _common(parser: argparse.ArgumentParser, timeout: float) -> None:
-    parser.add_argument("--relay", metavar="URL", help=f"the relay (default ${RELAY_ENV}, else {DEFAULT_RELAY})")
-    parser.add_argument("--runner", metavar="PUBKEY", help=f"the runner's key (default ${RUNNER_ENV}, else production)")
+def _common(parser: Parser, timeout: float) -> None:
+    parser.add_argument("--relay", metavar="URL", help="the relay " + env_default(RELAY_ENV, LOCAL_RELAY))
+    parser.add_argument(
+        "--runner",
+        metavar="PUBKEY",
+        help="the runner's key, hex or npub " + env_default(RUNNER_ENV, "the runner that goes with the relay"),
+    )
     keys = parser.add_mutually_exclusive_group()
-    keys.add_argument("--key-file", metavar="FILE", type=Path, help="the trainer's key: 64 hex or nsec, mode 0600")
-    keys.add_argument("--new-key", metavar="FILE", type=Path, help="make a new trainer key in FILE and use it")
-    parser.add_argument("--requests", metavar="DIR", type=Path, help="where sent requests are kept")
+    keys.add_argument(
+        "--key-file",
+        metavar="FILE",
+        type=Path,
+        help="the trainer's key: 64 hex or nsec, mode 0600 " + fixed_default("none: this or --new-key is needed"),
+    )
+    keys.add_argument(
+        "--new-key",
+        metavar="FILE",
+        type=Path,
+        help="make a new trainer key in FILE (never over a file) and use it " + fixed_default("use --key-file"),
+    )
+    parser.add_argument(
+        "--requests",
+        metavar="DIR",
+        type=Path,
+        help="where sent requests are kept " + env_default(REQUESTS_ENV, REQUESTS_DEFAULT),
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.add_argument(
-        "--timeout", metavar="SECONDS", type=_seconds, default=timeout, help=f"how long to wait (default {timeout:g})"
+        "--timeout",
+        metavar="SECONDS",
+        type=_seconds,
+        default=timeout,
+        help="how long to wait " + fixed_default(f"{timeout:g}"),
     )
 
 
@@ -156,14 +191,6 @@ def _seconds(text: str) -> float:
     if not 0 < value < 1e9:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
     return value
-
-
-def _print_help(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 0
-
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def _handler(command: Callable[[argparse.Namespace, Console], Any]) -> Handler:
@@ -190,21 +217,6 @@ def _handler(command: Callable[[argparse.Namespace, Console], Any]) -> Handler:
 
 
 # -- settings ---------------------------------------------------------------------------------------
-
-
-def _relay(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
-    url: str = args.relay or environ.get(RELAY_ENV) or DEFAULT_RELAY
-    if not url.startswith(("ws://", "wss://")):
-        raise UsageError(f"the relay must be a ws:// or wss:// URL, not {url!r}")
-    return url
-
-
-def _runner(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
-    text: str = args.runner or environ.get(RUNNER_ENV) or RUNNER
-    try:
-        return PublicKey.parse(text).to_hex()
-    except KeyFormatError:
-        raise UsageError(f"the runner's key must be 64 hex or an npub, not {text!r}") from None
 
 
 def _secret(args: argparse.Namespace, err: Console) -> SecretKey:
@@ -296,7 +308,8 @@ def build_input(args: argparse.Namespace) -> tuple[RunInput, list[str]]:
 
 async def _run(args: argparse.Namespace, err: Console) -> int:
     environ = os.environ
-    relay, runner, directory = _relay(args, environ), _runner(args, environ), requests_dir(args, environ)
+    where, directory = destination(args.relay, args.runner, environ), requests_dir(args, environ)
+    relay, runner = where.relay, where.runner
     warnings: list[str] = []
     request: Request | None = None
     value: RunInput | None = None
@@ -477,7 +490,9 @@ def run_json(
     warnings: list[str],
     timeout: float,
 ) -> dict[str, JsonValue]:
-    """The `--json` object of `trainer run` (see the module docstring)."""
+    """The `--json` object of `trainer run`: the request and event ids, the outcome, the result body as bound,
+    headline, verdict (and its words), notes, report ref, sealed id, per-case rows and the parts that were
+    stand-ins (from the report), the contiguous progress notes, any conflicting results and the warnings."""
     result, output, request = answer.result, answer.output, answer.request
     return {
         "request": request.id,
@@ -523,9 +538,9 @@ def _row_json(case: CaseView) -> dict[str, JsonValue]:
 
 async def _status(args: argparse.Namespace, err: Console) -> int:
     environ = os.environ
-    relay, runner = _relay(args, environ), _runner(args, environ)
+    where = destination(args.relay, args.runner, environ)
     request = kept(args.id, requests_dir(args, environ))
-    async with Trainer(relay, _secret(args, err), runner) as trainer:
+    async with Trainer(where.relay, _secret(args, err), where.runner) as trainer:
         found = await trainer.status(request.target, request.body, timeout=args.timeout)
     if args.json:
         _emit({"request": request.id, "event": request.target, "answer": found.to_json()})
@@ -539,11 +554,10 @@ async def _status(args: argparse.Namespace, err: Console) -> int:
 
 async def _cancel(args: argparse.Namespace, err: Console) -> int:
     environ = os.environ
-    relay, runner = _relay(args, environ), _runner(args, environ)
-    directory = requests_dir(args, environ)
-    request = kept(args.id, directory)
+    where = destination(args.relay, args.runner, environ)
+    request = kept(args.id, requests_dir(args, environ))
     result: ResultBody | None = None
-    async with Trainer(relay, _secret(args, err), runner) as trainer:
+    async with Trainer(where.relay, _secret(args, err), where.runner) as trainer:
         answer = await trainer.listen(request)
         found = await trainer.cancel(request.target, request.body, reason=args.reason, timeout=args.timeout)
         if isinstance(found, CancelResult) and found.outcome is None:

@@ -102,10 +102,9 @@ def check(config: Config) -> list[str]:
     return lines + check_lines(config, catalog, digest, confinement)
 
 
-def check_main(argv: list[str], *, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
-    """`eval-runner check`: the lines on stdout and 0, or one `eval-runner: <problem>` line on stderr per
-    problem and 1. Arguments are ignored, as the reference ignores them."""
-    del argv
+def check_main(*, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
+    """`eval-runner check` (it takes no arguments): the lines on stdout and 0, or one
+    `eval-runner: <problem>` line on stderr per problem and 1."""
     try:
         lines = check(Config.from_env(environ))
     except (ConfigError, CheckError) as error:

@@ -449,6 +449,12 @@ def _decision(env: _Environment, door: ChatDoor) -> DecisionPin | None:
     return DecisionPin(tuple(doors))
 
 
+def read_decision(environ: Mapping[str, str], door: ChatDoor) -> DecisionPin | None:
+    """The decision door's pin in `environ` (runner.md §2.2), lending `door`'s key to the gateway as `serve`
+    does; `eval run` reads it here too, so a test set's decision graders have the same door locally."""
+    return _decision(_Environment(environ), door)
+
+
 def _bucket(env: _Environment, blossom: str | None) -> Bucket | None:
     url = env.var("EVAL_RUNNER_BUCKET")
     gcloud = env.var("EVAL_RUNNER_GCLOUD_CONFIG")

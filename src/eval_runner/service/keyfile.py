@@ -156,11 +156,10 @@ def _sync_directory(directory: Path) -> None:
         os.close(descriptor)
 
 
-def pubkey_main(argv: list[str], *, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
-    """`eval-runner pubkey`: print the runner's x-only public key (hex). Needs only the key file, found as
-    `Config` finds it (`config.key_file_location`); never generates one. Arguments are ignored, as the
-    reference ignores them. Returns the exit code."""
-    del argv
+def pubkey_main(*, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
+    """`eval-runner pubkey` (it takes no arguments): print the runner's x-only public key (hex). Needs only
+    the key file, found as `Config` finds it (`config.key_file_location`); never generates one. Returns the
+    exit code."""
     path, _ = key_file_location(environ)
     try:
         key = load_key(path)

@@ -320,11 +320,11 @@ async def _unless(work: Awaitable[None], hurry: asyncio.Event) -> None:
 # --- the command ----------------------------------------------------------------------------------------
 
 
-def serve_main(argv: list[str], *, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
-    """`eval-runner serve`: 0 after a stop by signal, 1 with `eval-runner: <error>` (one line per problem) when
-    it cannot start. Arguments are ignored, as the reference ignores them. Log lines go to the `eval_runner`
-    loggers; the command line sends them to stderr (`eval_runner.logs.lines_to_stream`)."""
-    del argv, stdout
+def serve_main(*, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
+    """`eval-runner serve` (it takes no arguments): 0 after a stop by signal, 1 with `eval-runner: <error>`
+    (one line per problem) when it cannot start. Log lines go to the `eval_runner` loggers; the command line
+    sends them to stderr (`eval_runner.logs.lines_to_stream`)."""
+    del stdout
     try:
         config = Config.from_env(environ)
         asyncio.run(serve(config))

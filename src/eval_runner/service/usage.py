@@ -183,7 +183,7 @@ class UsageLog:
 
 
 class UsageError(EvalRunnerError):
-    """Why the log could not be read or the command's arguments are wrong; `str()` is the message."""
+    """Why the log could not be read, or a `since` or `by` word is wrong; `str()` is the message."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,35 +446,13 @@ def default_directory(environ: Mapping[str, str]) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class UsageArguments:
+    """What `usage` was asked (the command line parses it): days from `since` (YYYY-MM-DD, None: all),
+    grouped `by`, as JSON or a table, from the log in `directory`."""
+
     since: str | None
     by: By
     json: bool
     directory: Path
-
-
-def parse_arguments(argv: Sequence[str], environ: Mapping[str, str]) -> UsageArguments:
-    """`[--since YYYY-MM-DD] [--by WORD] [--json] [--dir DIR]`; raises `UsageError`."""
-    since: str | None = None
-    by = By.DAY
-    as_json = False
-    directory = default_directory(environ)
-    remaining = iter(argv)
-    for argument in remaining:
-        if argument in ("--since", "--by", "--dir"):
-            value = next(remaining, None)
-            if value is None:
-                raise UsageError(f"{argument} needs a value")
-            if argument == "--since":
-                since = value
-            elif argument == "--by":
-                by = By.parse(value)
-            else:
-                directory = Path(value)
-        elif argument == "--json":
-            as_json = True
-        else:
-            raise UsageError(f"usage: unknown argument {argument}")
-    return UsageArguments(since, by, as_json, directory)
 
 
 def no_usage_line(directory: Path) -> str:
@@ -482,12 +460,11 @@ def no_usage_line(directory: Path) -> str:
     return f"no usage yet: {directory} holds no usage log"
 
 
-def usage_main(argv: list[str], *, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
-    """`eval-runner usage ARGS` (`argv` is what follows `usage`). Reads only the log; needs no key or
-    catalog. Errors print `eval-runner: <error>` on stderr and return 1; otherwise 0. With no log yet the
-    table is replaced by one line saying so (`--json` still prints the rows, all zero)."""
+def usage_main(arguments: UsageArguments, *, stdout: TextIO, stderr: TextIO) -> int:
+    """`eval-runner usage`. Reads only the log; needs no key or catalog. A log that cannot be read prints
+    `eval-runner: <error>` on stderr and returns 1; otherwise 0. With no log yet the table is replaced by
+    one line saying so (`--json` still prints the rows, all zero)."""
     try:
-        arguments = parse_arguments(argv, environ)
         found = read(arguments.directory, arguments.since)
     except UsageError as error:
         stderr.write(f"eval-runner: {error}\n")

