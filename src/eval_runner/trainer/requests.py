@@ -36,7 +36,7 @@ from eval_runner.contracts.strict_json import JsonValue, read
 from eval_runner.engine.testset.cases import Case, load_suite
 from eval_runner.engine.testset.catalog import CatalogError, resolve_extension
 from eval_runner.engine.testset.frontmatter import TestSetError
-from eval_runner.errors import EvalRunnerError
+from eval_runner.errors import CodedError
 from eval_runner.nostr import Event, NostrError, PublicKey
 
 REQUEST_RECORD: Final = "eval-runner.trainer-request.v1"
@@ -45,18 +45,10 @@ MAX_TOOL_NAME: Final = 80
 MAX_TOOL_SUMMARY: Final = 400
 
 
-class TrainerError(EvalRunnerError):
+class TrainerError(CodedError):
     """Why the trainer could not ask or read. `code`: `input` (a request it will not build), `relay`
     (unreachable, refused, timed out, lost), `report` (the sealed report is missing or does not check),
     `worker_absent` (a control heard nothing)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 # -- what goes in a request ---------------------------------------------------------------------------

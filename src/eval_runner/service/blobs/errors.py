@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from eval_runner.errors import EvalRunnerError
+from eval_runner.errors import CodedError
 
 BlobCode = Literal[
     "content_unavailable",  # no store has the blob (every read base answered 404)
@@ -34,22 +34,13 @@ SEVERITY: Final[tuple[BlobCode, ...]] = (
 _MAX_QUOTED: Final = 200
 
 
-class BlobError(EvalRunnerError):
+class BlobError(CodedError):
     """A blob the store could not fetch or upload; `str()` is the plain message."""
 
     code: BlobCode
-    message: str
 
     def __init__(self, code: BlobCode, message: str) -> None:
         super().__init__(code, message)
-        self.code = code
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
-    def __repr__(self) -> str:
-        return f"BlobError({self.code!r}, {self.message!r})"
 
 
 def quoted(text: str) -> str:

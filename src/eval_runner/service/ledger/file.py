@@ -18,8 +18,8 @@ import contextlib
 import fcntl
 import os
 import sqlite3
-import time
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self

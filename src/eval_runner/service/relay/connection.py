@@ -45,7 +45,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection, connect
 
 from eval_runner.contracts.publication import MAX_EVENT_MESSAGE_BYTES
-from eval_runner.errors import EvalRunnerError
+from eval_runner.errors import CodedError
 from eval_runner.nostr import (
     AuthChallenge,
     AuthResponse,
@@ -80,20 +80,12 @@ SOCKET_CLOSED: Final = "the relay closed the socket"
 AUTH_REFUSED: Final = "NIP-42 authentication refused"
 
 
-class RelayError(EvalRunnerError):
+class RelayError(CodedError):
     """A relay operation that failed. `code` is for branching, `str()` is the sentence to log.
 
     Codes: `unreachable` (no socket), `closed` (the socket ended), `timeout`, `auth_refused`,
     `refused` (`OK false`), `query_closed` (`CLOSED` on a query), `too_large` (refused locally).
     """
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 @dataclass(frozen=True, slots=True)
