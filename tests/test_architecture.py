@@ -38,10 +38,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "service.ledger": {"errors", "contracts", "nostr"},
     "service.relay": {"errors", "contracts", "nostr"},
     "service.blobs": {"errors", "contracts", "nostr"},
+    "service.releases": {"errors", "contracts", "nostr", "engine.testset", "service.blobs", "service.relay"},
     "service.requests": {"errors", "contracts", "nostr", "engine", "service", "service.ledger", "service.relay"}
+    | {"service.blobs", "service.releases"}
     | {"engine.testset", "engine.run", "engine.grade", "engine.verdict", "engine.report", "stand_ins"},
     "service": {"errors", "contracts", "nostr", "engine.run", "engine.testset", "service.ledger", "service.relay"}
-    | {"service.requests"},
+    | {"service.requests", "service.blobs", "service.releases"},
     "trainer": {"errors", "contracts", "nostr", "engine.testset", "engine.verdict", "engine.report", "service.relay"},
     "stand_ins": set(),
 }

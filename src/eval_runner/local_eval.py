@@ -48,8 +48,9 @@ from eval_runner.engine.testset.cases import Suite, load_suite
 from eval_runner.engine.testset.catalog import LOCAL_KEY, PACKAGE_FILE, CatalogError, Tool, resolve_extension
 from eval_runner.engine.testset.frontmatter import TestSetError
 from eval_runner.errors import EvalRunnerError
-from eval_runner.service.config import ChatDoor, DecisionPin, Secret, os_error_text, read_decision
+from eval_runner.service.config import read_decision
 from eval_runner.service.requests.suites import decision_door
+from eval_runner.service.settings import ChatDoor, DecisionPin, Secret, os_error_text
 from eval_runner.stand_ins.door import StandInDoor
 
 #: Where the test set lives in an extension directory.

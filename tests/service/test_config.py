@@ -8,21 +8,19 @@ from typing import Any
 
 import pytest
 
-from eval_runner.service.config import (
+from eval_runner.service.config import Config, ConfigError, admission_closed, key_file_location, quoted
+from eval_runner.service.settings import (
+    BlossomBlobs,
     Bucket,
     ChatDoor,
-    Config,
-    ConfigError,
     DecisionPin,
+    EmbeddedBlobs,
     EmbeddedRelay,
     ExternalRelay,
     JevDoorKind,
     JevDoorPin,
     Limits,
     Secret,
-    admission_closed,
-    key_file_location,
-    quoted,
 )
 from tests.support.plain_words import assert_plain, rust_idioms
 
@@ -68,7 +66,7 @@ def test_every_default() -> None:
     assert config.decision is None
     assert config.limits == Limits(None, None, 2, 4)
     assert config.limits.line() == "no usage limit; 2 suites and 4 runs at once"
-    assert config.blossom is None
+    assert config.blobs == EmbeddedBlobs("127.0.0.1", 7448)
     assert config.bucket is None
     assert config.state == Path("/home/trainer/.openagents/eval-runner")
     assert config.key_file == Path("/home/trainer/.openagents/eval-runner/runner-key")
@@ -113,7 +111,10 @@ SETTINGS: list[tuple[str, str, str, Any]] = [
     ("EVAL_RUNNER_JOBS", "+007", "limits", Limits(None, None, 7, 4)),
     ("EVAL_RUNNER_CONCURRENCY", "8", "limits", Limits(None, None, 2, 8)),
     ("EVAL_RUNNER_CONCURRENCY", "1", "limits", Limits(None, None, 2, 1)),
-    ("EVAL_RUNNER_BLOSSOM", "https://blobs.example", "blossom", "https://blobs.example"),
+    ("EVAL_RUNNER_BLOSSOM", "https://blobs.example/", "blobs", BlossomBlobs("https://blobs.example")),
+    ("EVAL_RUNNER_BLOSSOM_LISTEN", "0.0.0.0:9000", "blobs", EmbeddedBlobs("0.0.0.0", 9000)),
+    ("EVAL_RUNNER_LISTEN", "127.0.0.1:0", "blobs", EmbeddedBlobs("127.0.0.1", 0)),
+    ("EVAL_RUNNER_RELAY", "wss://relay.example/ws", "blobs", BlossomBlobs("https://relay.example")),
     ("EVAL_RUNNER_STATE", "/srv/state", "state", Path("/srv/state")),
     ("EVAL_RUNNER_STATE", "/srv/state", "key_file", Path("/srv/state/runner-key")),
     ("EVAL_RUNNER_KEY_FILE", "/keys/k", "key_file", Path("/keys/k")),
@@ -187,6 +188,13 @@ MESSAGES: list[tuple[dict[str, str | None], str]] = [
     ({"EVAL_RUNNER_CONCURRENCY": "four"}, "EVAL_RUNNER_CONCURRENCY must be a number, not 'four'"),
     ({"EVAL_RUNNER_CONCURRENCY": "0"}, "EVAL_RUNNER_CONCURRENCY must be from 1 to 8"),
     ({"EVAL_RUNNER_CONCURRENCY": "9"}, "EVAL_RUNNER_CONCURRENCY must be from 1 to 8"),
+    ({"EVAL_RUNNER_BLOSSOM": "ftp://b"}, "EVAL_RUNNER_BLOSSOM must be an http:// or https:// URL, not 'ftp://b'"),
+    ({"EVAL_RUNNER_BLOSSOM_AUTH": "basic"}, "EVAL_RUNNER_BLOSSOM_AUTH is nip98 or bud02, not 'basic'"),
+    ({"EVAL_RUNNER_BLOSSOM_LISTEN": "7448"}, "EVAL_RUNNER_BLOSSOM_LISTEN must be HOST:PORT, not '7448'"),
+    (
+        {"EVAL_RUNNER_BLOSSOM": "https://b", "EVAL_RUNNER_BLOSSOM_LISTEN": "127.0.0.1:7448"},
+        "EVAL_RUNNER_BLOSSOM and EVAL_RUNNER_BLOSSOM_LISTEN: a Blossom server elsewhere, or one here",
+    ),
     ({"EVAL_RUNNER_BUCKET": "gs://b"}, "EVAL_RUNNER_BUCKET and EVAL_RUNNER_GCLOUD_CONFIG go together"),
     ({"EVAL_RUNNER_GCLOUD_CONFIG": "/g"}, "EVAL_RUNNER_BUCKET and EVAL_RUNNER_GCLOUD_CONFIG go together"),
     (

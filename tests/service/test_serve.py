@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 import eval_runner.service.check as check_module
@@ -67,10 +68,12 @@ async def test_serve_generates_its_key_once_prints_the_startup_lines_and_stops_o
     async with serving(env) as first:
         runner = await first.runner()
         url = await first.url()
+        blobs = first.lines[3].removeprefix("blobs   embedded at ")
         assert first.lines == [
             f"generated the runner key in {key_file}",
             f"runner  {runner}",
             f"relay   embedded at {url}",
+            f"blobs   embedded at {blobs}",
             "catalog Codebase brief",
             f"agent   {_digest(AGENT)}",
             f"sandbox {sandbox_text(host_confinement())}",
@@ -82,6 +85,10 @@ async def test_serve_generates_its_key_once_prints_the_startup_lines_and_stops_o
         ]
         assert url.startswith("ws://127.0.0.1:")
         assert not url.endswith(":0")
+        assert blobs.startswith("http://127.0.0.1:")
+        assert not blobs.endswith(":0")
+        async with aiohttp.ClientSession() as http, http.head(f"{blobs}/{'0' * 64}") as missing:
+            assert missing.status == 404, "the embedded blob server answers where the blobs line says"
         assert await first.terminate() == 0
     assert first.lines[-2:] == [
         "stopping: no new requests; runs in flight finish first (signal again to stop them now)",
@@ -173,7 +180,7 @@ async def test_check_prints_what_would_run_and_changes_nothing(tmp_path: Path, t
             f"runner   {runner}",
             f"warning  the app sends to {RUNNER}; this key is another",
             "relay    embedded at ws://127.0.0.1:0",
-            "blobs    ws://127.0.0.1:0",
+            "blobs    embedded at http://127.0.0.1:0",
             "door     default/stand-in",
             "decision none",
             f"agent    {AGENT} ({_digest(AGENT)})",

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import Event, SecretKey
-from eval_runner.service.config import Limits
 from eval_runner.service.ledger.store import Ledger, ledger_path
 from eval_runner.service.relay.connection import RelayError
 from eval_runner.service.relay.liveness import SUBSCRIBED, RelayListener
@@ -27,6 +26,7 @@ from eval_runner.service.relay.publisher import Publisher
 from eval_runner.service.requests.admission import Admission
 from eval_runner.service.requests.pipeline import Pipeline
 from eval_runner.service.requests.quota import Quota
+from eval_runner.service.settings import Limits
 from eval_runner.service.usage import Record, UsageLog, read
 from tests.support.captured_logs import LogLines, captured_logs
 from tests.support.paths import EXAMPLE

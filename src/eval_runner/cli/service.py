@@ -16,7 +16,7 @@ from typing import Final
 
 from eval_runner.cli.parser import Commands, Parser, Variable, environment, fixed_default
 from eval_runner.logs import lines_to_stream
-from eval_runner.service import config
+from eval_runner.service import config, settings
 from eval_runner.service.check import check_main
 from eval_runner.service.keyfile import pubkey_main
 from eval_runner.service.serve import serve_main
@@ -59,11 +59,21 @@ SERVICE_ENVIRONMENT: Final = (
     Variable("OPENROUTER_API_KEY", "(unset)", "Jev through OpenRouter, asked before TypeSafe"),
     Variable("EVAL_RUNNER_RUNS_PER_DAY", "(unset: no limit)", "emergency brake: runs per trainer per UTC day"),
     Variable("EVAL_RUNNER_TURNS_PER_DAY", "(unset: no limit)", "emergency brake: agent turns per UTC day, for all"),
-    Variable("EVAL_RUNNER_JOBS", str(config.DEFAULT_JOBS), "suites run at once"),
-    Variable("EVAL_RUNNER_CONCURRENCY", str(config.DEFAULT_CONCURRENCY), "runs at once in one suite, 1..8"),
-    Variable("EVAL_RUNNER_RUN_DISK_MB", str(config.DEFAULT_RUN_DISK_MIB), "what one run may write, in MiB"),
-    Variable("EVAL_RUNNER_DISK_FLOOR_MB", str(config.DEFAULT_DISK_FLOOR_MIB), "no new runs below this free, in MiB"),
-    Variable("EVAL_RUNNER_BLOSSOM", "(unset: the relay's)", "the Blossom base URL suite files are read from"),
+    Variable("EVAL_RUNNER_JOBS", str(settings.DEFAULT_JOBS), "suites run at once"),
+    Variable("EVAL_RUNNER_CONCURRENCY", str(settings.DEFAULT_CONCURRENCY), "runs at once in one suite, 1..8"),
+    Variable("EVAL_RUNNER_RUN_DISK_MB", str(settings.DEFAULT_RUN_DISK_MIB), "what one run may write, in MiB"),
+    Variable("EVAL_RUNNER_DISK_FLOOR_MB", str(settings.DEFAULT_DISK_FLOOR_MIB), "no new runs below this free, in MiB"),
+    Variable(
+        "EVAL_RUNNER_BLOSSOM",
+        "(unset: one here beside an embedded relay, else the relay's own)",
+        "the Blossom server suite and tool files are kept on, an http(s):// base URL",
+    ),
+    Variable("EVAL_RUNNER_BLOSSOM_AUTH", "nip98", "how uploads there are authorized: nip98 (the relay's) or bud02"),
+    Variable(
+        "EVAL_RUNNER_BLOSSOM_LISTEN",
+        "(unset: the relay's port + 1, beside an embedded relay)",
+        "where the embedded Blossom server listens, HOST:PORT (port 0: any free port)",
+    ),
     Variable("EVAL_RUNNER_BUCKET", "(unset)", "a gs:// bucket for suite files; needs the next and EVAL_RUNNER_BLOSSOM"),
     Variable("EVAL_RUNNER_GCLOUD_CONFIG", "(unset)", "the gcloud configuration that may write the bucket"),
     KEY_FILE,

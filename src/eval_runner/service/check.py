@@ -16,9 +16,10 @@ from eval_runner.contracts.hosted import RUNNER
 from eval_runner.engine.run.confinement import probe
 from eval_runner.engine.run.sandbox import Confinement, Unconfined
 from eval_runner.engine.testset.catalog import Catalog
-from eval_runner.service.config import Config, ConfigError, EmbeddedRelay
+from eval_runner.service.config import Config, ConfigError
 from eval_runner.service.keyfile import KeyFileError, load_key
-from eval_runner.service.serve import ServeError, agent_digest, load_catalog, sandbox_text
+from eval_runner.service.serve import ServeError, agent_digest, blobs_text, load_catalog, sandbox_text
+from eval_runner.service.settings import EmbeddedRelay
 
 CLOSED_HINT = "admission closed (remove the closed file to open it)"
 
@@ -51,12 +52,7 @@ def check_lines(config: Config, catalog: Catalog, digest: str, confinement: Conf
     """Everything after the runner lines."""
     relay = config.relay
     relay_text = f"embedded at {relay.url}" if isinstance(relay, EmbeddedRelay) else relay.url
-    if config.bucket is not None:
-        blobs = config.bucket.url
-    elif config.blossom is not None:
-        blobs = config.blossom
-    else:
-        blobs = relay.url
+    blobs = blobs_text(config)
     decision = "none" if config.decision is None else config.decision.describe()
     return [
         f"relay    {relay_text}",

@@ -8,18 +8,37 @@ them all at once. Keys are held as `Secret`, which never prints.
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
 from eval_runner.errors import EvalRunnerError
+from eval_runner.service.settings import (
+    BLOB_AUTH,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_DISK_FLOOR_MIB,
+    DEFAULT_JOBS,
+    DEFAULT_RUN_DISK_MIB,
+    Blobs,
+    BlossomBlobs,
+    Bucket,
+    ChatDoor,
+    DecisionPin,
+    Disk,
+    EmbeddedBlobs,
+    EmbeddedRelay,
+    ExternalRelay,
+    JevDoorKind,
+    JevDoorPin,
+    Limits,
+    Relay,
+    Secret,
+)
 
 #: What `str::trim` strips: the Unicode White_Space property (Python's `str.strip()` also strips U+001C..1F).
 WHITE_SPACE: Final = (
@@ -31,11 +50,6 @@ DEFAULT_LISTEN_HOST: Final = "127.0.0.1"
 DEFAULT_LISTEN_PORT: Final = 7447
 DEFAULT_DOOR_URL: Final = "https://ai-gateway.vercel.sh"
 DEFAULT_MODEL: Final = "google/gemini-3.8-flash"
-DEFAULT_JOBS: Final = 2
-DEFAULT_CONCURRENCY: Final = 4
-#: What one run may write, and the free space the state directory keeps, in MiB.
-DEFAULT_RUN_DISK_MIB: Final = 1024
-DEFAULT_DISK_FLOOR_MIB: Final = 1024
 CONCURRENCY_RANGE: Final = range(1, 9)
 DEFAULT_PROBE_MS: Final = 30_000
 DEFAULT_RENEW_MS: Final = 2_700_000
@@ -77,169 +91,6 @@ class ConfigError(EvalRunnerError):
         return self.problems[0]
 
 
-class Secret:
-    """A key read from the environment. Never printed; `expose()` is the one way to the text."""
-
-    __slots__ = ("_text",)
-
-    _text: str
-
-    def __init__(self, text: str) -> None:
-        object.__setattr__(self, "_text", text)
-
-    def expose(self) -> str:
-        return self._text
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("Secret is immutable")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Secret):
-            return NotImplemented
-        return hmac.compare_digest(self._text.encode(), other._text.encode())
-
-    def __hash__(self) -> int:
-        return hash(("Secret", self._text))
-
-    def __repr__(self) -> str:
-        return "Secret(<hidden>)"
-
-    __str__ = __repr__
-
-
-def os_error_text(error: OSError) -> str:
-    """An I/O error as a person reads it: the system's description (`No such file or directory`)."""
-    if error.errno is not None:
-        return os.strerror(error.errno)
-    return str(error)
-
-
-# --- typed pieces -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ExternalRelay:
-    """A relay elsewhere (`EVAL_RUNNER_RELAY`, a ws:// or wss:// URL) the runner listens and publishes on."""
-
-    url: str
-
-
-@dataclass(frozen=True, slots=True)
-class EmbeddedRelay:
-    """The relay the runner serves itself when `EVAL_RUNNER_RELAY` is unset (`EVAL_RUNNER_LISTEN`)."""
-
-    host: str
-    port: int
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"ws://{host}:{self.port}"
-
-
-Relay = ExternalRelay | EmbeddedRelay
-
-
-@dataclass(frozen=True, slots=True)
-class ChatDoor:
-    """The model door both arms answer through. Its name is always `default`."""
-
-    url: str
-    model: str
-    key: Secret
-    name: str = "default"
-
-    def label(self) -> str:
-        return f"{self.name}/{self.model}"
-
-
-class JevDoorKind(StrEnum):
-    GATEWAY = "gateway"
-    OPENROUTER = "openrouter"
-    TYPESAFE = "typesafe"
-
-
-@dataclass(frozen=True, slots=True)
-class JevDoorPin:
-    """One of Jev's doors: which it is, the door URL the `decision` line names, and its key."""
-
-    kind: JevDoorKind
-    door: str
-    key: Secret
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionPin:
-    """The decision door: Jev's doors in asking order, TypeSafe always last (runner.md §2.2)."""
-
-    doors: tuple[JevDoorPin, ...]
-
-    def __post_init__(self) -> None:
-        if not self.doors or self.doors[-1].kind is not JevDoorKind.TYPESAFE:
-            raise ValueError("a decision pin ends with its TypeSafe door")
-
-    @property
-    def typesafe(self) -> JevDoorPin:
-        return self.doors[-1]
-
-    @property
-    def fallbacks(self) -> tuple[JevDoorPin, ...]:
-        """The doors asked before TypeSafe; empty means TypeSafe alone, with no failover."""
-        return self.doors[:-1]
-
-    def door_urls(self) -> tuple[str, ...]:
-        return tuple(pin.door for pin in self.doors)
-
-    def describe(self) -> str:
-        """The `decision` line: `https://ai-gateway.vercel.sh → https://api.typesafe.ai`."""
-        return " → ".join(self.door_urls())
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Bounds beyond a request's own. Both brakes unset (None) is the shipped default: no usage limit."""
-
-    runs_per_trainer: int | None = None
-    turns_per_day: int | None = None
-    jobs: int = DEFAULT_JOBS
-    concurrency: int = DEFAULT_CONCURRENCY
-
-    @property
-    def braked(self) -> bool:
-        return self.runs_per_trainer is not None or self.turns_per_day is not None
-
-    def line(self) -> str:
-        """The `limits` line of `serve` and `check` (runner.md §3.1)."""
-        if self.braked:
-            runs = "any" if self.runs_per_trainer is None else str(self.runs_per_trainer)
-            turns = "any" if self.turns_per_day is None else str(self.turns_per_day)
-            brake = f"emergency brake on: {runs} runs per trainer per day, {turns} turns per day"
-        else:
-            brake = "no usage limit"
-        return f"{brake}; {self.jobs} suites and {self.concurrency} runs at once"
-
-
-@dataclass(frozen=True, slots=True)
-class Disk:
-    """Disk bounds: what one run may write (its sandbox's files, ended `errored(disk_limit)` beyond it),
-    and the free space below which no new run is admitted, so the ledger never meets a full disk."""
-
-    run: int = DEFAULT_RUN_DISK_MIB << 20
-    floor: int = DEFAULT_DISK_FLOOR_MIB << 20
-
-    def line(self) -> str:
-        """The `disk` line of `serve` and `check`."""
-        return f"each run may write {self.run >> 20} MiB; no new runs below {self.floor >> 20} MiB free"
-
-
-@dataclass(frozen=True, slots=True)
-class Bucket:
-    """A `gs://` bucket holding suite files, and the gcloud configuration that may write it."""
-
-    url: str
-    gcloud_config: Path
-
-
 @dataclass(frozen=True, slots=True)
 class Config:
     """Everything the runner reads at start. Build with `Config.from_env`."""
@@ -252,7 +103,7 @@ class Config:
     decision: DecisionPin | None
     limits: Limits
     disk: Disk
-    blossom: str | None
+    blobs: Blobs
     bucket: Bucket | None
     key_file: Path
     #: True only for the embedded relay's default key file: `keyfile.ensure_key` may create it.
@@ -455,6 +306,48 @@ def read_decision(environ: Mapping[str, str], door: ChatDoor) -> DecisionPin | N
     return _decision(_Environment(environ), door)
 
 
+def _blobs(env: _Environment, relay: Relay, blossom: str | None) -> Blobs:
+    """Where suite and tool files are kept: a named Blossom server, else an embedded one beside an embedded
+    relay (or wherever `EVAL_RUNNER_BLOSSOM_LISTEN` says), else the external relay's own Blossom."""
+    auth = env.var("EVAL_RUNNER_BLOSSOM_AUTH") or BLOB_AUTH[0]
+    if auth not in BLOB_AUTH:
+        env.problem(f"EVAL_RUNNER_BLOSSOM_AUTH is nip98 or bud02, not {quoted(auth)}")
+    listen = env.var("EVAL_RUNNER_BLOSSOM_LISTEN")
+    if blossom is not None:
+        if listen is not None:
+            env.problem("EVAL_RUNNER_BLOSSOM and EVAL_RUNNER_BLOSSOM_LISTEN: a Blossom server elsewhere, or one here")
+        if not _is_http_url(blossom):
+            env.problem(f"EVAL_RUNNER_BLOSSOM must be an http:// or https:// URL, not {quoted(blossom)}")
+        return BlossomBlobs(blossom.rstrip("/"), auth)
+    if listen is not None:
+        parsed = _host_port(listen)
+        if parsed is None:
+            env.problem(f"EVAL_RUNNER_BLOSSOM_LISTEN must be HOST:PORT, not {quoted(listen)}")
+            return EmbeddedBlobs(DEFAULT_LISTEN_HOST, 0)
+        return EmbeddedBlobs(*parsed)
+    if isinstance(relay, EmbeddedRelay):
+        # Next to the relay: 7447 → 7448; a relay on any free port gets a blob server on any free port.
+        return EmbeddedBlobs(relay.host, relay.port + 1 if 0 < relay.port < 65_535 else 0)
+    return BlossomBlobs(_relay_blossom(relay.url), auth)
+
+
+def _relay_blossom(relay_url: str) -> str:
+    """The relay's own Blossom base (wire.md §19.1): `wss://host` → `https://host`, path dropped."""
+    parts = urlsplit(relay_url)
+    return f"{'https' if parts.scheme.lower() == 'wss' else 'http'}://{parts.netloc}"
+
+
+def _is_http_url(text: str) -> bool:
+    if any(char in WHITE_SPACE for char in text):
+        return False
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises on a port out of range
+    except ValueError:
+        return False
+    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+
+
 def _bucket(env: _Environment, blossom: str | None) -> Bucket | None:
     url = env.var("EVAL_RUNNER_BUCKET")
     gcloud = env.var("EVAL_RUNNER_GCLOUD_CONFIG")
@@ -528,6 +421,7 @@ def _read(environ: Mapping[str, str]) -> Config:
     disk = Disk((run_disk or DEFAULT_RUN_DISK_MIB) << 20, (DEFAULT_DISK_FLOOR_MIB if floor is None else floor) << 20)
 
     blossom = env.var("EVAL_RUNNER_BLOSSOM")
+    blobs = _blobs(env, relay, blossom)
     bucket = _bucket(env, blossom)
     key_file, key_may_be_generated = key_file_location(environ)
     state = _state(env)
@@ -559,7 +453,7 @@ def _read(environ: Mapping[str, str]) -> Config:
         decision=decision,
         limits=limits,
         disk=disk,
-        blossom=blossom,
+        blobs=blobs,
         bucket=bucket,
         key_file=key_file,
         key_may_be_generated=key_may_be_generated,

@@ -22,7 +22,8 @@ from eval_runner.errors import EvalRunnerError
 from eval_runner.nostr.bech32 import bech32_decode
 from eval_runner.nostr.errors import KeyFormatError
 from eval_runner.nostr.keys import SecretKey
-from eval_runner.service.config import WHITE_SPACE, key_file_location, os_error_text
+from eval_runner.service.config import WHITE_SPACE, key_file_location
+from eval_runner.service.settings import os_error_text
 
 WHAT: Final = "the runner key"
 _LOWER_HEX64: Final = re.compile(r"[0-9a-f]{64}")

@@ -27,17 +27,22 @@ from eval_runner.engine.run.sandbox import Confinement, Unconfined
 from eval_runner.engine.testset.catalog import Catalog, CatalogError
 from eval_runner.errors import EvalRunnerError
 from eval_runner.nostr import Event, SecretKey
-from eval_runner.service.config import Config, ConfigError, EmbeddedRelay, os_error_text
+from eval_runner.service.blobs import AuthScheme, BlobServer, BlobStore
+from eval_runner.service.blobs.bucket import BlobStorage, BucketStore
+from eval_runner.service.config import Config, ConfigError
 from eval_runner.service.keyfile import KeyFileError, ensure_key, load_key
 from eval_runner.service.ledger.claims import LedgerError
 from eval_runner.service.ledger.store import Ledger, ledger_path
+from eval_runner.service.relay.connection import RelayClient
 from eval_runner.service.relay.liveness import Liveness, RelayListener, catch_up_since, seconds_text
 from eval_runner.service.relay.notify import Notifier
 from eval_runner.service.relay.publisher import Publisher
 from eval_runner.service.requests.pipeline import Pipeline
 from eval_runner.service.requests.suites import EngineSuiteRunner, QuestionsError, load_questions
+from eval_runner.service.settings import EmbeddedBlobs, EmbeddedRelay, os_error_text
 
 RELAY_DIR: Final = "relay"
+BLOBS_DIR: Final = "blobs"
 #: The embedded relay's limits: REQs per connection, and events a minute per connection.
 RELAY_MAX_REQS: Final = 500
 RELAY_EVENTS_PER_MINUTE: Final = 60_000
@@ -61,6 +66,46 @@ def relay_line(config: Config, url: str) -> str:
     return f"relay   {url}"
 
 
+def blobs_text(config: Config, url: str | None = None) -> str:
+    """Where suite and tool files are kept, as the `blobs` lines of `serve` and `check` say it: the bucket,
+    else the Blossom server, `embedded at` when it is this runner's own (`url` once it listens)."""
+    blobs = config.blobs
+    if isinstance(blobs, EmbeddedBlobs):
+        return f"embedded at {url or blobs.url}"
+    if config.bucket is not None:
+        return f"{config.bucket.url}, read at {blobs.base}"
+    return blobs.base
+
+
+@contextlib.asynccontextmanager
+async def blob_storage(config: Config, secret: SecretKey) -> AsyncIterator[tuple[BlobStorage, str]]:
+    """The blob store suite and tool files go to and come from, and the base it is named by: the embedded
+    Blossom server (started here, only the runner may upload), a Blossom server elsewhere, or a bucket."""
+    blobs = config.blobs
+    if isinstance(blobs, EmbeddedBlobs):
+        server = BlobServer(config.state / BLOBS_DIR, [secret.public_key().to_hex()], host=blobs.host, port=blobs.port)
+        try:
+            await server.start()
+        except OSError as error:
+            raise ServeError(f"the embedded blob server can't listen on {blobs.url}: {os_error_text(error)}") from None
+        try:
+            async with BlobStore([server.url], server.url, secret) as store:
+                yield store, server.url
+        finally:
+            await server.close()
+        return
+    auth = AuthScheme(blobs.auth)
+    if config.bucket is not None:
+        async with BlobStore([blobs.base]) as reads:
+            yield (
+                BucketStore(reads, config.bucket.url, config.bucket.gcloud_config, temp_root=config.temp_root),
+                blobs.base,
+            )
+        return
+    async with BlobStore([blobs.base], blobs.base, secret, auth=auth) as store:
+        yield store, blobs.base
+
+
 def sandbox_text(confinement: Confinement) -> str:
     """What every run's sandbox is on this host: the backend, the syscall filter and who counts memory."""
     seccomp = "a seccomp filter" if confinement.seccomp is not None else "no seccomp filter (libseccomp missing)"
@@ -73,13 +118,21 @@ def sandbox_text(confinement: Confinement) -> str:
 
 
 def startup_lines(
-    config: Config, *, runner: str, relay_url: str, catalog: Catalog, agent_digest: str, confinement: Confinement
+    config: Config,
+    *,
+    runner: str,
+    relay_url: str,
+    blobs_url: str | None = None,
+    catalog: Catalog,
+    agent_digest: str,
+    confinement: Confinement,
 ) -> list[str]:
-    """The lines `serve` prints before it listens (runner.md §3.1 step 4)."""
+    """The lines `serve` prints before it listens (runner.md §3.1 step 4, with `blobs` after `relay`)."""
     probe, renew = seconds_text(config.probe_ms / 1000), seconds_text(config.renew_ms / 1000)
     return [
         f"runner  {runner}",
         relay_line(config, relay_url),
+        f"blobs   {blobs_text(config, blobs_url)}",
         f"catalog {', '.join(tool.name for tool in catalog.tools)}",
         f"agent   {agent_digest}",
         f"sandbox {sandbox_text(confinement)}",
@@ -226,8 +279,15 @@ async def _serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event) -> N
                 url = await stack.enter_async_context(embedded_relay(config.relay, config.state / RELAY_DIR))
             else:
                 url = config.relay.url
+            blobs, blobs_url = await stack.enter_async_context(blob_storage(config, secret))
             lines = startup_lines(
-                config, runner=runner, relay_url=url, catalog=catalog, agent_digest=digest, confinement=confinement
+                config,
+                runner=runner,
+                relay_url=url,
+                blobs_url=blobs_url,
+                catalog=catalog,
+                agent_digest=digest,
+                confinement=confinement,
             )
             for line in lines:
                 logger.info(line)
@@ -243,6 +303,8 @@ async def _serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event) -> N
                 catalog=catalog,
                 suite_runner=suite_runner,
                 publisher=publisher,
+                blobs=blobs,
+                relay=RelayClient(url, secret),
             )
             notifier = Notifier(config.notify_socket)
             stack.callback(notifier.close)

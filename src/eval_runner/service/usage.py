@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Final, TextIO
 
 from eval_runner.errors import EvalRunnerError
-from eval_runner.service.config import WHITE_SPACE, os_error_text
+from eval_runner.service.config import WHITE_SPACE
+from eval_runner.service.settings import os_error_text
 
 OUTCOMES: Final = ("completed", "failed", "cancelled", "refused")
 ACTIONS: Final = ("run", "check", "validation", "publish", "unread")

@@ -16,11 +16,12 @@ from eval_runner.contracts.outputs import RunOutput
 from eval_runner.contracts.strict_json import JsonValue
 from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import SecretKey
-from eval_runner.service.config import Config, Limits
+from eval_runner.service.config import Config
 from eval_runner.service.ledger.claims import key_name, key_of
 from eval_runner.service.ledger.store import Ledger, ledger_path
 from eval_runner.service.relay.publisher import Publisher
 from eval_runner.service.requests.pipeline import Pipeline
+from eval_runner.service.settings import Limits
 from tests.support.hosted_service import Service, hosted_service
 from tests.support.paths import EXAMPLE
 from tests.support.stand_in_relay import unused_port_url

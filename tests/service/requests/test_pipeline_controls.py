@@ -14,9 +14,9 @@ from eval_runner.contracts.answers import CANCELLED_MESSAGE
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.execution import Binding
 from eval_runner.contracts.strict_json import JsonValue
-from eval_runner.service.config import Limits
 from eval_runner.service.ledger.claims import CAPACITY, key_name, key_of
 from eval_runner.service.requests.pipeline import CONTROL_NOT_FOUND
+from eval_runner.service.settings import Limits
 from tests.support.hosted_service import Service, hosted_service
 from tests.support.stand_in_suite import FAILURE
 from tests.support.trainer_side import (

@@ -11,12 +11,12 @@ from pathlib import Path
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.strict_json import JsonValue, digest_bytes
 from eval_runner.nostr import Event
-from eval_runner.service.config import Limits
 from eval_runner.service.ledger.claims import CONFLICT_MESSAGE, key_of
 from eval_runner.service.requests.admission import CLOSED, NOT_A_CATALOG_TOOL, Admission, RunPlan
 from eval_runner.service.requests.opening import OpenedExecute
 from eval_runner.service.requests.pipeline import UNPLANNED
 from eval_runner.service.requests.quota import BRAKED
+from eval_runner.service.settings import Limits
 from eval_runner.service.usage import By, Record, UsageArguments, usage_main
 from tests.support.hosted_service import Service, hosted_service
 from tests.support.trainer_side import (

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from eval_runner.service.config import Limits
 from eval_runner.service.requests.quota import (
     BRAKED,
     DAY_SECONDS,
@@ -24,6 +23,7 @@ from eval_runner.service.requests.quota import (
     day_of,
     write_atomic,
 )
+from eval_runner.service.settings import Limits
 
 NOON = 20_000 * DAY_SECONDS + 43_200
 BRAKE = Limits(runs_per_trainer=3, turns_per_day=200)

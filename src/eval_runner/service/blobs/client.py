@@ -288,7 +288,7 @@ class BlobStore:
                     "unavailable", f"{base} could not take sha256:{hex_digest}: {_network(error)}"
                 ) from None
             if done is not None:
-                logger.info("blobs: uploaded sha256:%s to %s", hex_digest, base)
+                logger.debug("blobs: uploaded sha256:%s to %s", hex_digest, base)
                 return done
             if self._clock() - started + wait > self.retry.patience:
                 raise BlobError(

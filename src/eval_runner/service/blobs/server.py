@@ -210,7 +210,7 @@ class BlobService:
             logger.warning("blobs: could not store sha256:%s: %s", digest, error.strerror or type(error).__name__)
             return _refusal(503, "the blob could not be stored")
         if created:
-            logger.info("blobs: stored sha256:%s (%d bytes)", digest, stored.size)
+            logger.debug("blobs: stored sha256:%s (%d bytes)", digest, stored.size)
         return web.json_response(
             self.descriptor(stored), status=201 if created else 200, headers={"X-SHA-256": stored.sha256}
         )
@@ -320,7 +320,7 @@ class BlobServer:
         self._listening = _origin(self._host, self._port or _bound_port(runner))
         self._url = self._public_url or self._listening
         self.service.public_url = self._url
-        logger.info("blobs: serving %s at %s", self.files.root, self._url)
+        logger.debug("blobs: serving %s at %s", self.files.root, self._url)
 
     async def close(self) -> None:
         runner, self._runner = self._runner, None

@@ -37,8 +37,11 @@ from eval_runner.engine.testset.catalog import Catalog, NotAdmittedError, Subjec
 from eval_runner.engine.testset.drafts import write_draft
 from eval_runner.engine.testset.frontmatter import TestSetError
 from eval_runner.errors import EvalRunnerError
-from eval_runner.service.config import admission_closed, os_error_text
+from eval_runner.service.blobs.bucket import BlobStorage
+from eval_runner.service.config import admission_closed
+from eval_runner.service.relay.connection import RelayClient
 from eval_runner.service.requests.opening import REQUEST_KIND, OpenedExecute
+from eval_runner.service.settings import os_error_text
 
 CLOSED: Final = "the hosted runner isn't taking new runs right now; try again later"
 LOW_DISK: Final = "the hosted runner is short of disk space right now; try again later"
@@ -172,7 +175,12 @@ class Admission:
         temp_root: Path,
         tool_release: ToolRelease | None = None,
         disk_floor: int = 0,
+        blobs: BlobStorage | None = None,
+        relay: RelayClient | None = None,
     ) -> None:
+        # Where a published test set's files and its release come from (None: published sets are refused).
+        self.blobs = blobs
+        self.relay = relay
         self.runner = runner
         self.catalog = catalog
         self.state = state

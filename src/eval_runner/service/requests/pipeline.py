@@ -20,9 +20,11 @@ from eval_runner.contracts.errors import Code
 from eval_runner.contracts.execution import Binding
 from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import ConversationKeys, Event, SecretKey
-from eval_runner.service.config import Config, Limits
+from eval_runner.service.blobs.bucket import BlobStorage
+from eval_runner.service.config import Config
 from eval_runner.service.ledger.claims import CONFLICT_MESSAGE, Claim, LedgerError, Refusal
 from eval_runner.service.ledger.store import Ledger
+from eval_runner.service.relay.connection import RelayClient
 from eval_runner.service.requests.admission import (
     Admission,
     RefusalError,
@@ -42,6 +44,7 @@ from eval_runner.service.requests.opening import (
 from eval_runner.service.requests.quota import OverQuotaError, Quota, Ticket
 from eval_runner.service.requests.reply import Answers, EventPublisher
 from eval_runner.service.requests.suites import Progress, SuiteError, SuiteResult, SuiteRunner
+from eval_runner.service.settings import Limits
 from eval_runner.service.usage import UsageLog
 
 CONTROL_NOT_FOUND = "no run of yours matches this control"
@@ -103,6 +106,8 @@ class Pipeline:
         catalog: Catalog,
         suite_runner: SuiteRunner,
         publisher: EventPublisher,
+        blobs: BlobStorage | None = None,
+        relay: RelayClient | None = None,
         tool_release: ToolRelease | None = None,
         clock: Callable[[], float] = time.time,
     ) -> Pipeline:
@@ -118,6 +123,8 @@ class Pipeline:
                 temp_root=config.temp_root,
                 tool_release=tool_release,
                 disk_floor=config.disk.floor,
+                blobs=blobs,
+                relay=relay,
             ),
             suite_runner=suite_runner,
             publisher=publisher,

@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Final
 
 from eval_runner.errors import EvalRunnerError
-from eval_runner.service.config import Limits, os_error_text
+from eval_runner.service.settings import Limits, os_error_text
 
 DAY_SECONDS: Final = 86_400
 

@@ -31,8 +31,9 @@ from eval_runner.engine.suite_run import (
     run_suite,
 )
 from eval_runner.errors import EvalRunnerError
-from eval_runner.service.config import Config, DecisionPin, JevDoorKind, os_error_text
+from eval_runner.service.config import Config
 from eval_runner.service.requests.admission import RunPlan
+from eval_runner.service.settings import DecisionPin, JevDoorKind, os_error_text
 
 # --- what the pipeline depends on ---------------------------------------------------------------------
 
