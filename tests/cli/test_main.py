@@ -277,6 +277,7 @@ COMMAND_LINES = {
     "serve": ["serve"],
     "check": ["check"],
     "pubkey": ["pubkey"],
+    "release": ["release", str(EXAMPLE)],
     "usage": ["usage"],
     "trainer run": ["trainer", "run"],
     "trainer status": ["trainer", "status", "ID"],
@@ -308,6 +309,7 @@ VARIABLES = {
     "serve": read_names(eval_runner.service.config),
     "check": read_names(eval_runner.service.config),
     "pubkey": {"EVAL_RUNNER_KEY_FILE", "EVAL_RUNNER_RELAY", "EVAL_RUNNER_STATE", "HOME"},
+    "release": read_names(eval_runner.service.config),
     "usage": {"EVAL_RUNNER_STATE", "HOME"},
     **dict.fromkeys(("trainer run", "trainer status", "trainer cancel"), TRAINER_VARIABLES),
 }

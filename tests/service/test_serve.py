@@ -81,6 +81,7 @@ async def test_serve_generates_its_key_once_prints_the_startup_lines_and_stops_o
             "disk    each run may write 1024 MiB; no new runs below 1024 MiB free",
             f"usage   {state / 'usage'}",
             "liveness a probe every 0.3 s; the subscription is renewed every 2700 s",
+            "Codebase brief: its package names the publisher eval-runner examples, not this runner",
             SUBSCRIBED,
         ]
         assert url.startswith("ws://127.0.0.1:")

@@ -17,6 +17,7 @@ from typing import Final
 from eval_runner import __version__
 from eval_runner.cli.eval_run import register as register_eval
 from eval_runner.cli.parser import USAGE, Commands, Handler, Parser, Variable, environment
+from eval_runner.cli.release import register as register_release
 from eval_runner.cli.service import register_check, register_pubkey, register_serve, register_usage
 from eval_runner.cli.trainer import register as register_trainer
 from eval_runner.demo import demo_main
@@ -89,6 +90,7 @@ COMMANDS: Final[tuple[Callable[[Commands], None], ...]] = (
     register_serve,
     register_check,
     register_pubkey,
+    register_release,
     register_usage,
     register_trainer,
 )

@@ -2,8 +2,9 @@
 
 In runner.md §3.1's order: the confinement probe (a host that cannot confine runs nothing), the runner key,
 the catalog, the agent, the state directory and its ledger (crash recovery happens as it opens), the
-embedded relay when `EVAL_RUNNER_RELAY` is unset, the startup lines, then the answer publisher, the request
-pipeline and the requests listener. Log lines go to the `eval_runner` loggers; SIGTERM stops it gently.
+embedded relay when `EVAL_RUNNER_RELAY` is unset, the startup lines, the runner's catalog tool releases, then
+the answer publisher, the request pipeline and the requests listener. Log lines go to the `eval_runner`
+loggers; SIGTERM stops it gently.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from eval_runner.service.relay.connection import RelayClient
 from eval_runner.service.relay.liveness import Liveness, RelayListener, catch_up_since, seconds_text
 from eval_runner.service.relay.notify import Notifier
 from eval_runner.service.relay.publisher import Publisher
+from eval_runner.service.releases.publish import ReleaseError
+from eval_runner.service.releases.tools import ToolReleases
 from eval_runner.service.requests.pipeline import Pipeline
 from eval_runner.service.requests.suites import EngineSuiteRunner, QuestionsError, load_questions
 from eval_runner.service.settings import EmbeddedBlobs, EmbeddedRelay, os_error_text
@@ -291,6 +294,9 @@ async def _serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event) -> N
             )
             for line in lines:
                 logger.info(line)
+            relay = RelayClient(url, secret)
+            tool_releases = ToolReleases(secret=secret, blobs=blobs, relay=relay)
+            await release_tools(tool_releases, catalog)
             liveness = Liveness(probe=config.probe_ms / 1000, renew=config.renew_ms / 1000)
             publisher = await stack.enter_async_context(Publisher(url, secret, probe=liveness.probe))
             suite_runner = EngineSuiteRunner(
@@ -304,11 +310,24 @@ async def _serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event) -> N
                 suite_runner=suite_runner,
                 publisher=publisher,
                 blobs=blobs,
-                relay=RelayClient(url, secret),
+                relay=relay,
+                tool_release=tool_releases.release,
             )
             notifier = Notifier(config.notify_socket)
             stack.callback(notifier.close)
             await _listen(url, secret, ledger, pipeline, notifier, liveness, stop, hurry)
+
+
+async def release_tools(releases: ToolReleases, catalog: Catalog) -> None:
+    """Release every catalog tool this runner publishes (runner.md §3.1 step 5): a `tool` line each when all
+    succeed, else only `tools   not released: <why>` (admission then tries again when a run names one)."""
+    try:
+        released = await releases.release_catalog(catalog.tools)
+    except ReleaseError as error:
+        logger.warning("tools   not released: %s", error)
+        return
+    for tool, found in released:
+        logger.info("tool    %s released as %s", tool.name, found.event.id)
 
 
 async def _listen(
