@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -23,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from eval_runner.cli.destination import LOCAL_RELAY, RELAY_ENV, RULE, RUNNER_ENV, destination
+from eval_runner.cli.kept_requests import REQUESTS_DEFAULT, REQUESTS_ENV, keep, kept, requests_dir
 from eval_runner.cli.parser import (
     USAGE,
     Commands,
@@ -37,7 +36,7 @@ from eval_runner.cli.parser import (
 from eval_runner.cli.render import case_table, verdict_text
 from eval_runner.contracts.answers import AcceptedBody, Answer, CancelResult, ProgressBody, ResultBody, StatusResult
 from eval_runner.contracts.hosted import RunInput
-from eval_runner.contracts.strict_json import JsonValue, read
+from eval_runner.contracts.strict_json import JsonValue
 from eval_runner.engine.report import view as words
 from eval_runner.engine.report.inputs import StandIn
 from eval_runner.engine.report.view import ArmCell, CaseView, ReportView, view_of
@@ -49,19 +48,19 @@ from eval_runner.trainer.client import (
     CANCEL_REASON,
     VERDICT_WORDS,
     WAIT_SECONDS,
+    CatalogTool,
     Request,
     RunAnswer,
     Trainer,
     TrainerError,
     extension_tool,
+    published_run_input,
     read_draft,
     run_input,
     subject_ref,
     suite_draft,
 )
 
-REQUESTS_ENV: Final = "EVAL_RUNNER_TRAINER_DIR"
-REQUESTS_DEFAULT: Final = "$XDG_STATE_HOME/eval-runner/trainer"
 CONTROL_SECONDS: Final = 60.0
 MAX_RUNS: Final = 3
 ENVIRONMENT: Final = (
@@ -110,6 +109,12 @@ def register(commands: Commands) -> None:
     own = fixed_default("the --extension's own evals/")
     tests.add_argument("--draft", metavar="FILE", type=Path, help="an openagents.eval-draft.v1 file " + own)
     tests.add_argument("--suite", metavar="DIR", type=Path, help="a local evals/ directory, sent as a draft " + own)
+    tests.add_argument(
+        "--suite-release",
+        metavar="ID",
+        help="the event id of a published test set's 3184 release (its signer is read from the relay); "
+        "needs --subject or --extension " + own,
+    )
     run.add_argument("--runs", metavar="N", type=_runs, default=1, help="runs per arm, 1..3 " + fixed_default(1))
     run.add_argument(
         "--retransmit",
@@ -243,62 +248,30 @@ def _trainer_words(error: KeyFileError) -> str:
     return error.message.replace("the runner key", "the trainer key", 1)
 
 
-def requests_dir(args: argparse.Namespace, environ: Mapping[str, str]) -> Path:
-    if args.requests is not None:
-        return Path(args.requests)
-    if environ.get(REQUESTS_ENV):
-        return Path(environ[REQUESTS_ENV])
-    state = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "eval-runner" / "trainer"
-
-
-def keep(request: Request, directory: Path) -> Path:
-    """Write the request record as `<request id>.json` (0600), whole or not at all."""
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = directory / f"{request.id}.json"
-    descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=f".{request.id}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump(request.to_json(), handle, ensure_ascii=False, indent=2)
-            handle.write("\n")
-        os.replace(temporary, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-    return path
-
-
-def kept(ident: str, directory: Path) -> Request:
-    """The request kept under `ident`: its request id, or the id of an event that carried it."""
-    named = directory / f"{ident}.json"
-    candidates = [named] if "/" not in ident and named.is_file() else sorted(directory.glob("*.json"))
-    for path in candidates:
-        try:
-            request = Request.from_json(read(path.read_bytes()))
-        except (OSError, TrainerError, ValueError):
-            continue
-        if ident == request.id or any(event.id == ident for event in request.events):
-            return request
-    raise TrainerError("input", f"no request {ident} is kept in {directory}")
-
-
 # -- run --------------------------------------------------------------------------------------------
+
+
+def subject_tool(args: argparse.Namespace) -> CatalogTool | None:
+    """The catalog tool `--subject` or `--extension` names, if either does."""
+    if args.subject is not None:
+        return subject_ref(args.subject)
+    if args.extension is not None:
+        return extension_tool(args.extension)
+    return None
 
 
 def build_input(args: argparse.Namespace) -> tuple[RunInput, list[str]]:
     """The hosted input the command line names, and warnings about what a draft leaves behind."""
-    tool = None
-    if args.subject is not None:
-        tool = subject_ref(args.subject)
-    elif args.extension is not None:
-        tool = extension_tool(args.extension)
+    tool = subject_tool(args)
     warnings: list[str] = []
     if args.draft is not None:
         draft = read_draft(args.draft)
     else:
         evals = args.suite if args.suite is not None else None if tool is None else tool.evals
         if evals is None:
-            raise UsageError("say what to run: --draft FILE, --suite DIR, or --extension DIR with an evals/")
+            raise UsageError(
+                "say what to run: --draft FILE, --suite DIR, --suite-release ID, or --extension DIR with an evals/"
+            )
         if tool is None:
             raise UsageError("--suite needs --subject or --extension: a draft names the tool it tests")
         drafted = suite_draft(evals, tool.draft_tool())
@@ -313,12 +286,18 @@ async def _run(args: argparse.Namespace, err: Console) -> int:
     warnings: list[str] = []
     request: Request | None = None
     value: RunInput | None = None
+    tool: CatalogTool | None = None
     if args.retransmit is not None:
-        if any(value is not None for value in (args.subject, args.extension, args.draft, args.suite)):
+        named = (args.subject, args.extension, args.draft, args.suite, args.suite_release)
+        if any(value is not None for value in named):
             raise UsageError("--retransmit sends the kept body unchanged; name no subject or tests")
         request = kept(args.retransmit, directory)
         if request.runner != runner:
             raise UsageError(f"request {request.id} went to runner {request.runner}; pass --runner {request.runner}")
+    elif args.suite_release is not None:
+        tool = subject_tool(args)
+        if tool is None:
+            raise UsageError("--suite-release needs --subject or --extension: the tool the test set runs against")
     else:
         value, warnings = build_input(args)
     for warning in warnings:
@@ -326,7 +305,10 @@ async def _run(args: argparse.Namespace, err: Console) -> int:
     secret = _secret(args, err)
     async with Trainer(relay, secret, runner) as trainer:
         if request is None:
-            assert value is not None
+            if value is None:  # a published test set: its pointer names the release's signer, read from the relay
+                assert tool is not None
+                release = await trainer.suite_release(args.suite_release)
+                value = published_run_input(release, tool.definition, runs=args.runs)
             request = trainer.request(value)
         keep(request, directory)
         try:

@@ -49,6 +49,7 @@ from eval_runner.contracts.envelope import Envelope, check_content, route
 from eval_runner.contracts.errors import ContractError
 from eval_runner.contracts.execution import EXECUTION_SCHEMA, MAX_PLAINTEXT_BYTES, Binding, ControlBody, ExecuteBody
 from eval_runner.contracts.hosted import SEALED_KIND, HostedInput, request_tags
+from eval_runner.contracts.package import RELEASE_KIND, read_release
 from eval_runner.contracts.refs import ArtifactRef, EventRef
 from eval_runner.contracts.report import Report
 from eval_runner.contracts.strict_json import JsonValue, canonical
@@ -90,6 +91,7 @@ from eval_runner.trainer.requests import (
     draft_case,
     extension_tool,
     new_request_id,
+    published_run_input,
     read_draft,
     run_input,
     subject_ref,
@@ -337,6 +339,29 @@ class Trainer:
         except TimeoutError:
             raise TrainerError(WORKER_ABSENT, f"no answer to the {kind} within {timeout:g} s") from None
 
+    # -- a published test set ---------------------------------------------------------------------
+
+    async def suite_release(self, event_id: str) -> EventRef:
+        """The pointer a run of the published test set `event_id` names (`{id, pubkey, kind: 3184}`): the
+        `3184` read from the relay, whose signer is the pubkey, checked as a well-formed release first."""
+        try:
+            ident = shape.hex64(event_id, "--suite-release", "the 64-hex id of a 3184 release")
+        except ContractError as error:
+            raise TrainerError("input", error.detail) from None
+        client = RelayClient(self.url, self._secret, bound=self._bound, challenge_wait=self._challenge_wait)
+        try:
+            found = await client.query(Filter.build(ids=[ident], kinds=[RELEASE_KIND]))
+        except RelayError as error:
+            raise TrainerError("relay", f"looking up the release {ident}: {error}") from None
+        event = next((item for item in found if item.id == ident), None)
+        if event is None:
+            raise TrainerError("input", f"the release {ident} isn't on the relay")
+        try:
+            release = read_release(event)
+        except ContractError as error:
+            raise TrainerError("input", f"the release {ident} doesn't check: {error.detail}") from None
+        return EventRef(id=release.id, pubkey=release.pubkey, kind=RELEASE_KIND)
+
     # -- the sealed report ------------------------------------------------------------------------
 
     async def fetch_report(self, sealed: EventRef, report: ArtifactRef) -> tuple[Report, bytes]:
@@ -528,6 +553,7 @@ __all__ = [
     "draft_case",
     "extension_tool",
     "new_request_id",
+    "published_run_input",
     "read_draft",
     "run_input",
     "subject_ref",

@@ -31,7 +31,7 @@ from eval_runner.contracts.hosted import (
     RunInput,
     build_execute_body,
 )
-from eval_runner.contracts.refs import ArtifactRef, DefinitionRef
+from eval_runner.contracts.refs import ArtifactRef, DefinitionRef, EventRef
 from eval_runner.contracts.strict_json import JsonValue, read
 from eval_runner.engine.testset.cases import Case, load_suite
 from eval_runner.engine.testset.catalog import CatalogError, resolve_extension
@@ -161,6 +161,15 @@ def suite_draft(evals: Path, tool: DraftTool) -> SuiteDraft:
 def run_input(draft: Draft, *, subject: DefinitionRef | None = None, runs: int = 1) -> RunInput:
     """A run of the draft's tests against `subject` (a catalog tool) or, without one, the draft's own tool."""
     value = RunInput(suite="draft", subject="draft" if subject is None else subject, draft=draft, runs=runs)
+    try:
+        return RunInput.parse(value.to_json())
+    except ContractError as error:
+        raise TrainerError("input", error.detail) from None
+
+
+def published_run_input(release: EventRef, subject: DefinitionRef, *, runs: int = 1) -> RunInput:
+    """A run of the published test set `release` (its `3184` pointer) against the catalog tool `subject`."""
+    value = RunInput(suite=release, subject=subject, draft=None, runs=runs)
     try:
         return RunInput.parse(value.to_json())
     except ContractError as error:

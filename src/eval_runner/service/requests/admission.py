@@ -2,7 +2,9 @@
 
 Every refusal here is answered before anything is reserved or run, so the checks come in the reference's
 order, each with its code and words. A plan owns its staging directory from the moment it is made: a
-refusal after that removes it, and whoever runs the plan calls `close()` when done.
+refusal after that removes it, and whoever runs the plan calls `close()` when done. A published test set,
+and the published result a check or a validation names, come through `published` (which needs the relay
+and the blob store; without them a published test set is refused as before).
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ from eval_runner.engine.testset.cases import Operation, Suite, load_suite
 from eval_runner.engine.testset.catalog import Catalog, NotAdmittedError, Subject, Tool
 from eval_runner.engine.testset.drafts import write_draft
 from eval_runner.engine.testset.frontmatter import TestSetError
-from eval_runner.errors import EvalRunnerError
 from eval_runner.service.blobs.bucket import BlobStorage
 from eval_runner.service.config import admission_closed
 from eval_runner.service.relay.connection import RelayClient
 from eval_runner.service.requests.opening import REQUEST_KIND, OpenedExecute
+from eval_runner.service.requests.published import PublishedSuites
+from eval_runner.service.requests.refusal import RefusalError as RefusalError  # re-exported: callers catch it here
 from eval_runner.service.settings import os_error_text
 
 CLOSED: Final = "the hosted runner isn't taking new runs right now; try again later"
@@ -61,15 +64,6 @@ HOSTED_OPERATIONS: Final = frozenset({Operation.READ, Operation.WRITE})
 ToolRelease = Callable[[Tool], Awaitable[EventRef]]
 
 logger = logging.getLogger(__name__)
-
-
-class RefusalError(EvalRunnerError):
-    """Refuse the request with `code` and `message` (answered at once; nothing was reserved)."""
-
-    def __init__(self, code: Code, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,9 +172,12 @@ class Admission:
         blobs: BlobStorage | None = None,
         relay: RelayClient | None = None,
     ) -> None:
-        # Where a published test set's files and its release come from (None: published sets are refused).
+        # Where a published test set's release and files come from (without both, published sets are refused).
         self.blobs = blobs
         self.relay = relay
+        self._published = (
+            None if blobs is None or relay is None else PublishedSuites(relay=relay, blobs=blobs, state=state)
+        )
         self.runner = runner
         self.catalog = catalog
         self.state = state
@@ -235,7 +232,7 @@ class Admission:
         found = self.check_request(opened.body)
         assert isinstance(found, RunInput)  # a publish is refused by check_request
         requester = EventRef(id=opened.event.id, pubkey=opened.principal, kind=REQUEST_KIND)
-        plan = await asyncio.to_thread(self.plan, found, requester)
+        plan = await self.plan(found, requester)
         if plan.tool is not None and self._tool_release is not None:
             try:
                 release = await self._tool_release(plan.tool)
@@ -246,16 +243,17 @@ class Admission:
                 plan = dataclasses.replace(plan, subject=dataclasses.replace(plan.subject, definition=definition))
         return plan
 
-    def plan(self, run: RunInput, requester: EventRef) -> RunPlan:
-        """Build the plan of an admitted run input (§10.3); blocking (it writes and reads the staging dir)."""
+    async def plan(self, run: RunInput, requester: EventRef) -> RunPlan:
+        """Build the plan of an admitted run input (§10.3): the subject, the staging directory, the suite
+        (written from the draft, or a release materialized), and the checks on its tests."""
         subject = self._subject(run, requester.pubkey)
         tool = next((tool for tool in self.catalog.tools if tool.subject.definition == subject.definition), None)
         try:
-            staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=self.temp_root))
+            staging = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=STAGING_PREFIX, dir=self.temp_root))
         except OSError as error:
             raise RefusalError(Code.UNAVAILABLE, f"staging the test set: {os_error_text(error)}") from None
         try:
-            return self._staged(run, requester, subject, tool, staging)
+            return await self._staged(run, requester, subject, tool, staging)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -273,46 +271,45 @@ class Admission:
         except NotAdmittedError as error:
             raise RefusalError(Code.NOT_ADMITTED, error.message) from None
 
-    def _staged(
+    async def _staged(
         self, run: RunInput, requester: EventRef, subject: Subject, tool: Tool | None, staging: Path
     ) -> RunPlan:
-        if not isinstance(run.suite, str):
-            raise RefusalError(Code.NOT_ADMITTED, NO_PUBLISHED_SUITES)
-        if run.draft is None:
-            raise RefusalError(Code.MALFORMED, "the draft is missing")
-        evals = staging / EVALS_DIR
-        try:
-            write_draft(run.draft.cases, evals)
-            suite = load_suite(evals)
-        except TestSetError as error:
-            raise RefusalError(Code.MALFORMED, str(error)) from None
-        except OSError as error:
-            raise RefusalError(Code.UNAVAILABLE, f"staging the test set: {os_error_text(error)}") from None
-        if not suite.cases:
-            raise RefusalError(Code.MALFORMED, NO_TESTS)
-        if len(suite.cases) > MAX_TESTS:
-            raise RefusalError(
-                Code.TOO_LARGE, f"the hosted runner runs at most {MAX_TESTS} tests, and this set has {len(suite.cases)}"
+        if isinstance(run.suite, str):
+            if run.draft is None:
+                raise RefusalError(Code.MALFORMED, "the draft is missing")
+            evals = staging / EVALS_DIR
+            suite = await asyncio.to_thread(_draft_suite, run.draft, evals)
+            authorship = Authorship(
+                author=self.runner,
+                package=f"{made_slug(run.draft.tool.name)}-tests",
+                component=DRAFT_COMPONENT,
+                evaluator=self.runner,
+                suite_release=None,
+                requester=requester,
             )
-        for case in suite.cases:
-            if not set(case.run.allowed_operations) <= HOSTED_OPERATIONS:
-                raise RefusalError(
-                    Code.NOT_ADMITTED,
-                    f"the test {case.name} asks to run commands or reach the network, "
-                    "which the hosted runner never allows",
-                )
-        authorship = Authorship(
-            author=self.runner,
-            package=f"{made_slug(run.draft.tool.name)}-tests",
-            component=DRAFT_COMPONENT,
-            evaluator=self.runner,
-            suite_release=None,
-            requester=requester,
-        )
-        if run.check is not None and authorship.suite_release is None:
-            raise RefusalError(Code.NOT_ADMITTED, CHECK_NEEDS_RELEASE)
-        if run.validates is not None and authorship.suite_release is None:
-            raise RefusalError(Code.NOT_ADMITTED, VALIDATION_NEEDS_RELEASE)
+        else:
+            if self._published is None:
+                raise RefusalError(Code.NOT_ADMITTED, NO_PUBLISHED_SUITES)
+            staged = await self._published.stage(run.suite, staging)
+            evals, suite, materialized = staged.evals, staged.suite, staged.materialized
+            authorship = Authorship(
+                author=materialized.author,
+                package=materialized.package,
+                component=materialized.component,
+                evaluator=self.runner,
+                suite_release=materialized.release,
+                requester=requester,
+            )
+        _check_tests(suite)
+        released = authorship.suite_release
+        if run.check is not None:
+            if released is None or self._published is None:
+                raise RefusalError(Code.NOT_ADMITTED, CHECK_NEEDS_RELEASE)
+            await self._published.check_cites(run.check, released)
+        if run.validates is not None:
+            if released is None or self._published is None:
+                raise RefusalError(Code.NOT_ADMITTED, VALIDATION_NEEDS_RELEASE)
+            await self._published.validation_cites(run.validates, released, subject.definition)
         return RunPlan(
             staging=staging,
             evals=evals,
@@ -326,3 +323,30 @@ class Admission:
             validates=run.validates,
             draft=run.draft,
         )
+
+
+def _draft_suite(draft: Draft, evals: Path) -> Suite:
+    """The draft's cases written under `evals` and loaded (blocking)."""
+    try:
+        write_draft(draft.cases, evals)
+        return load_suite(evals)
+    except TestSetError as error:
+        raise RefusalError(Code.MALFORMED, str(error)) from None
+    except OSError as error:
+        raise RefusalError(Code.UNAVAILABLE, f"staging the test set: {os_error_text(error)}") from None
+
+
+def _check_tests(suite: Suite) -> None:
+    """Step 4–5: at least one test, at most eight, none asking for more than reading and writing."""
+    if not suite.cases:
+        raise RefusalError(Code.MALFORMED, NO_TESTS)
+    if len(suite.cases) > MAX_TESTS:
+        raise RefusalError(
+            Code.TOO_LARGE, f"the hosted runner runs at most {MAX_TESTS} tests, and this set has {len(suite.cases)}"
+        )
+    for case in suite.cases:
+        if not set(case.run.allowed_operations) <= HOSTED_OPERATIONS:
+            raise RefusalError(
+                Code.NOT_ADMITTED,
+                f"the test {case.name} asks to run commands or reach the network, which the hosted runner never allows",
+            )
