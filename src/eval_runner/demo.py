@@ -1,9 +1,11 @@
 """`eval-runner demo`: the whole hosted path on this computer, with no configuration and no network.
 
-One process starts what production has (the runner with its embedded relay, the example extension as the
-catalog) with the two parts a deployment replaces, the agent and the model door, as stand-ins; a trainer
-key then sends one hosted run over the relay as a phone would and shows the verdict, marked as a
-stand-in result, and where the report is. State is kept afterwards so a person can open the report.
+One process starts what production has (the runner with its embedded relay and blob store, the example
+extension as the catalog) with the two parts a deployment replaces, the agent and the model door, as
+stand-ins. The runner key releases the example's starter test set (a `3184` whose files are in the blob
+store, reused when the state already holds it), and a trainer key then sends one hosted run of that
+published test set over the relay as a phone would and shows the verdict, marked as a stand-in result, and
+where the report is. State is kept afterwards so a person can open the report.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import os
 import secrets
 import socket
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rich.console import Console
 
 from eval_runner import stand_ins
+from eval_runner.cli.release import release_all
 from eval_runner.cli.trainer import RunView, report_view, show_run
 from eval_runner.engine.report.inputs import StandIn
 from eval_runner.engine.run.collect import remove_tree
@@ -33,7 +36,7 @@ from eval_runner.service.relay.liveness import SUBSCRIBED
 from eval_runner.service.serve import ServeError, serve
 from eval_runner.stand_ins.door import StandInDoor
 from eval_runner.trainer.client import Trainer, TrainerError
-from eval_runner.trainer.requests import extension_tool, run_input, suite_draft
+from eval_runner.trainer.requests import extension_tool, published_run_input
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "codebase-brief"
 AGENT = stand_ins.AGENT
@@ -102,6 +105,7 @@ def _config(environ: Mapping[str, str], state: Path, temp_root: Path, door_url: 
         "EVAL_RUNNER_CATALOG": str(EXAMPLE),
         "EVAL_RUNNER_CODER": str(AGENT),
         "EVAL_RUNNER_LISTEN": f"127.0.0.1:{_free_port()}",
+        "EVAL_RUNNER_BLOSSOM_LISTEN": f"127.0.0.1:{_free_port()}",
         "CODER_DOOR_URL": door_url,
         "CODER_DOOR_KEY": door_key,
         "CODER_MODEL": "stand-in",
@@ -127,7 +131,8 @@ async def _run(out: Console, err: Console, config: Config, door_key: str) -> int
     try:
         await _started(server, subscribed)
         runner = load_key(config.key_file).public_key().to_hex()
-        code = await _send_one_run(out, err, config.relay_url, runner)
+        release = await _release_starter(config, log)
+        code = await _send_one_run(out, err, config.relay_url, runner, release)
         _show_paths(out, config.state)
         err.print(REAL_WORDS, markup=False)
         return code
@@ -152,14 +157,24 @@ async def _started(server: asyncio.Task[None], subscribed: asyncio.Event) -> Non
         raise DemoError(f"the runner did not subscribe within {START_SECONDS:g} s")
 
 
-async def _send_one_run(out: Console, err: Console, relay_url: str, runner: str) -> int:
+async def _release_starter(config: Config, log: Callable[[str], None]) -> str:
+    """The example's starter test set released by the runner key (as `eval-runner release` does): its id."""
+    try:
+        released = await release_all(config, [EXAMPLE], lambda line: log(f"release {line}"))
+    except EvalRunnerError as error:
+        raise DemoError(f"the starter test set was not released: {error}") from None
+    return released[-1].event.id
+
+
+async def _send_one_run(out: Console, err: Console, relay_url: str, runner: str, release: str) -> int:
     try:
         tool = extension_tool(EXAMPLE)
-        assert tool.evals is not None
-        draft = suite_draft(tool.evals, tool.draft_tool())
-        value = run_input(draft.draft, subject=tool.definition, runs=RUNS)
-        err.print(f"trainer: sending one hosted run of {tool.name} ({RUNS} runs per arm) to {runner[:12]}…")
+        err.print(
+            f"trainer: sending one hosted run of {tool.name} with its published test set {release[:12]}… "
+            f"({RUNS} runs per arm) to {runner[:12]}…"
+        )
         async with Trainer(relay_url, SecretKey.generate(), runner) as trainer:
+            value = published_run_input(await trainer.suite_release(release), tool.definition, runs=RUNS)
             request = trainer.request(value)
             with RunView(err, live=True) as view:
                 answer = trainer.follow(request, view.show)

@@ -34,6 +34,9 @@ def test_the_demo_runs_one_hosted_run_and_shows_the_verdict(tmp_path: Path) -> N
     assert "stand-in" in done.stderr  # it says plainly that the door and agent are stand-ins
     assert "EVAL_RUNNER_CODER" in done.stderr  # and how to point the runner at real ones
     assert "subscribed; requests arrive live from here" in done.stderr
+    # The runner key released the example's starter test set, and the run was of that release.
+    released = [line.split()[-1] for line in done.stderr.splitlines() if "codebase-brief-tests " in line]
+    assert len(released) == 1, done.stderr
 
     html = [line.split(None, 1)[1] for line in done.stdout.splitlines() if line.startswith("html ")]
     reports = [line.split(None, 1)[1] for line in done.stdout.splitlines() if line.startswith("report  /")]
@@ -41,6 +44,8 @@ def test_the_demo_runs_one_hosted_run_and_shows_the_verdict(tmp_path: Path) -> N
     assert Path(html[0]).is_file()
     report = Report.parse_bytes(Path(reports[0]).read_bytes())
     assert report.verdict.value == "pass"
+    assert report.suite.event is not None
+    assert report.suite.event.id == released[0]
     assert Path(html[0]).is_relative_to(state)
     # The report the runner sealed says it too, in meta (what a trainer sees) and on the page.
     assert report.meta_extra["eval_runner_stand_ins"] == ["agent", "door"]

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -83,7 +83,7 @@ def release_main(dirs: Sequence[Path], *, stdout: TextIO, stderr: TextIO, enviro
     """0 when every release was made or found; 1 with `eval-runner: <why>` at the first that was not."""
     try:
         config = Config.from_env(environ)
-        asyncio.run(release_all(config, dirs, stdout))
+        asyncio.run(release_all(config, dirs, lambda line: print(line, file=stdout, flush=True)))
     except ConfigError as error:
         stderr.write("".join(f"eval-runner: {problem}\n" for problem in error.problems))
         return 1
@@ -97,14 +97,16 @@ def release_line(name: str, what: str, released: Released) -> str:
     return f"{name} {what} {released.event.id}{REUSED if released.reused else ''}"
 
 
-async def release_all(config: Config, dirs: Sequence[Path], stdout: TextIO) -> None:
-    """The runner's tools, then each directory's test set, a line each on `stdout` as it is released."""
+async def release_all(config: Config, dirs: Sequence[Path], say: Callable[[str], None]) -> list[Released]:
+    """The runner's tools, then each directory's test set, a line each through `say` as it is released;
+    the test sets' releases, in the order of `dirs`."""
     await serving(config)
     secret = load_key(config.key_file)
     runner = secret.public_key().to_hex()
     catalog = load_catalog(config)
     gate = release_gate(config)
     relay = RelayClient(config.relay.url, secret)
+    suites: list[Released] = []
     async with publishing_store(config, secret) as blobs:
         tools = ToolReleases(secret=secret, blobs=blobs, relay=relay)
         try:
@@ -112,7 +114,7 @@ async def release_all(config: Config, dirs: Sequence[Path], stdout: TextIO) -> N
         except ReleaseError as error:
             raise ReleaseCommandError(f"tools not released: {error}") from None
         for tool, released in catalog_releases:
-            print(release_line(tool.name, "(tool)", released), file=stdout, flush=True)
+            say(release_line(tool.name, "(tool)", released))
         for root in dirs:
             tool = resolve_extension(root)
             package = f"{tool.package.slug}{TESTS_SUFFIX}"
@@ -125,7 +127,9 @@ async def release_all(config: Config, dirs: Sequence[Path], stdout: TextIO) -> N
                 released = await release_suite(prepared, secret=secret, blobs=blobs, relay=relay)
             except ReleaseError as error:
                 raise ReleaseCommandError(f"{root}: {error}") from None
-            print(release_line(tool.name, prepared.package, released), file=stdout, flush=True)
+            say(release_line(tool.name, prepared.package, released))
+            suites.append(released)
+    return suites
 
 
 def release_gate(config: Config) -> bytes:
