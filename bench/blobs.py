@@ -13,6 +13,10 @@ MiB/s (bytes over the wall time of the whole batch) and p50 per request, through
 and the ratio ours / plain per request (target: within 2×). Beside them, the runner's own client
 (`BlobStore`): `upload` (HEAD, sign, PUT, descriptor check) and `fetch` (GET, bounded read, digest check)
 against the embedded server. The client is aiohttp in the same process, so every figure includes its cost.
+
+Last, the example extension's test set released into the embedded server (as `eval-runner release` does) and
+materialized as admission does for a run of it: from cold (no cache: the `3184` checked, the manifest and every
+file fetched and checked, the case files written) and from the cache (every byte hashed again), p50 of each.
 """
 
 from __future__ import annotations
@@ -30,9 +34,16 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from eval_runner.nostr import SecretKey, authorization_event
+from eval_runner.engine.suite_run import gate_file
+from eval_runner.engine.testset.cases import load_suite
+from eval_runner.nostr import Event, Filter, SecretKey, authorization_event
 from eval_runner.nostr.nip98 import header_value
 from eval_runner.service.blobs import BlobServer, BlobStore
+from eval_runner.service.releases import release_suite, suite_release
+from eval_runner.service.releases.materialize import SuiteCache, materialize
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "codebase-brief"
+MATERIALIZE_ROUNDS = 30
 
 KIB, MIB = 1024, 1024 * 1024
 BATCHES = ((1_000, 4 * KIB), (20, 4 * MIB))
@@ -114,6 +125,7 @@ async def main() -> None:
             plain = f"http://127.0.0.1:{runner.addresses[0][1]}"
             try:
                 await run(server, plain, key)
+                await materializing(server, key, Path(temp) / "runs")
             finally:
                 await runner.cleanup()
 
@@ -140,6 +152,55 @@ async def run(server: BlobServer, plain: str, key: SecretKey) -> None:
     for label, upload, fetch in ratios:
         verdict = "ok" if max(upload, fetch) <= TARGET_RATIO else f"over {TARGET_RATIO}x"
         print(f"ours / plain p50, {label}: upload {upload:.2f}x, fetch {fetch:.2f}x ({verdict})")
+
+
+class HeldReleases:
+    """The relay side of a release for the benchmark: it keeps what is published (no relay is measured here)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    async def publish(self, event: Event) -> None:
+        self.events.append(event)
+
+    async def query(self, filter_: Filter) -> list[Event]:
+        return list(self.events)
+
+
+async def materializing(server: BlobServer, key: SecretKey, runs: Path) -> None:
+    """The example's test set released into `server`, then materialized cold and from the cache."""
+    author = key.public_key().to_hex()
+    prepared = suite_release(
+        load_suite(EXAMPLE / "evals"), author=author, package="codebase-brief-tests", gate_file=gate_file()
+    )
+    async with BlobStore([server.url], server.url, key) as store:
+        relay = HeldReleases()
+        await release_suite(prepared, secret=key, blobs=store, relay=relay)
+        (event,) = relay.events
+        staging = [
+            runs / name
+            for name in ("fill", *(f"{kind}-{i}" for kind in ("cold", "cached") for i in range(MATERIALIZE_ROUNDS)))
+        ]
+        for directory in staging:
+            directory.mkdir(parents=True)
+        cold, cached = [], []
+        for round_ in range(MATERIALIZE_ROUNDS):
+            started = time.perf_counter()
+            await materialize(event, store, runs / f"cold-{round_}")
+            cold.append(time.perf_counter() - started)
+        cache = SuiteCache(runs / "cache")
+        await materialize(event, store, runs / "fill", cache=cache)
+        for round_ in range(MATERIALIZE_ROUNDS):
+            started = time.perf_counter()
+            await materialize(event, store, runs / f"cached-{round_}", cache=cache)
+            cached.append(time.perf_counter() - started)
+    uploads = prepared.uploads()
+    cold_ms, cached_ms = statistics.median(cold) * 1000, statistics.median(cached) * 1000
+    print()
+    print(
+        f"materializing the example suite ({len(uploads)} blobs, {sum(len(f.data) for f in uploads)} bytes, "
+        f"{MATERIALIZE_ROUNDS} rounds each): cold p50 {cold_ms:.2f} ms, from the cache p50 {cached_ms:.2f} ms"
+    )
 
 
 async def measure(
