@@ -11,11 +11,8 @@ The usage log shows each refusal; the runner kept one job (the completed run) an
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,7 +32,7 @@ from eval_runner.stand_ins.door import StandInDoor
 from tests.support.paths import EXAMPLE
 from tests.support.published_suites import blob_path, example_release, manifest_json, respelled, spelled, upload
 from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
-from tests.support.serve_process import BOUND, DOOR_KEY, free_port, runner_env, serving
+from tests.support.serve_process import DOOR_KEY, free_port, runner_env, serving, trainer_command
 from tests.support.trainer_side import Trainer, run_input
 
 PROMPT = "evals/greeting/prompt.md"
@@ -45,23 +42,6 @@ PROMPT = "evals/greeting/prompt.md"
 def temp_root() -> Iterator[Path]:
     host_confinement()
     yield from fresh_temp_root()
-
-
-async def trainer_command(*args: str) -> tuple[int, str, str]:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("EVAL_RUNNER_")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "eval_runner.cli",
-        "trainer",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 4 * BOUND)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 def variant(root: Path, name: str, runner: str) -> SuiteRelease:

@@ -168,3 +168,21 @@ async def serving(env: dict[str, str], *, subscribed: bool = True) -> AsyncItera
         yield process
     finally:
         await process.close()
+
+
+async def trainer_command(*args: str) -> tuple[int, str, str]:
+    """`eval-runner trainer <args>` as a real process (no runner variables of this environment): code, out, err."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("EVAL_RUNNER_")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "eval_runner.cli",
+        "trainer",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 4 * BOUND)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()

@@ -5,10 +5,7 @@ door; the trainer prints the verdict table built from the sealed report it opene
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,30 +15,13 @@ from eval_runner.nostr import SecretKey
 from eval_runner.stand_ins.door import StandInDoor
 from tests.support.paths import EXAMPLE
 from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
-from tests.support.serve_process import BOUND, DOOR_KEY, runner_env, serving
+from tests.support.serve_process import DOOR_KEY, runner_env, serving, trainer_command
 
 
 @pytest.fixture
 def temp_root() -> Iterator[Path]:
     host_confinement()
     yield from fresh_temp_root()
-
-
-async def trainer(*args: str) -> tuple[int, str, str]:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("EVAL_RUNNER_")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "eval_runner.cli",
-        "trainer",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 4 * BOUND)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def test_trainer_run_against_serve_prints_the_verdict_per_case_and_arm(tmp_path: Path, temp_root: Path) -> None:
@@ -53,10 +33,10 @@ async def test_trainer_run_against_serve_prints_the_verdict_per_case_and_arm(tmp
         async with serving(env) as serve:
             runner, url = await serve.runner(), await serve.url()
             common = ["--relay", url, "--runner", runner, "--key-file", str(key), "--requests", str(tmp_path / "r")]
-            code, out, err = await trainer("run", "--extension", str(EXAMPLE), "--json", *common)
+            code, out, err = await trainer_command("run", "--extension", str(EXAMPLE), "--json", *common)
             assert code == 0, err
             found = json.loads(out)
-            code, table, err = await trainer("run", "--extension", str(EXAMPLE), *common)
+            code, table, err = await trainer_command("run", "--extension", str(EXAMPLE), *common)
             assert code == 0, err
             assert await serve.terminate() == 0
     assert found["outcome"] == "completed"
