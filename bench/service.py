@@ -18,6 +18,11 @@ only as far as its kind and `e` tag; answers of each kind are opened and checked
   asking for `exec`, refused `not_admitted` after the suite is written out and loaded (planning);
 * accepted: an admissible catalog-tool run, until its `27020 accepted`; then a cancel control, and the
   `cancelled` result is awaited before the next sample, so runs never overlap;
+* publish: a run of the same draft with 2 runs per arm, which the stand-in finishes at once with the engine's
+  own report and results directory (every attempt unknown), is awaited; then its publish request, until the
+  result with both pointers (the draft test set released to the embedded blob server and the relay, the
+  report rewritten, the `3189` signed, recorded, published and read back). Each sample publishes a fresh run;
+  the test set's release is the same each time, so after the first it is reused;
 * flood: 2,000 refusable requests sent back to back without waiting for the relay's OKs, then 2,000 more
   sent as fast as no more than 500 are unanswered; answered/s is answers received over the time from the
   first send to the last answer, unanswered is counted 30 s on. Beside each, the same flood as the service
@@ -53,13 +58,21 @@ from websockets.asyncio.client import ClientConnection, connect
 from eval_runner.contracts.answers import Answer, ResultBody, read_answer
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.execution import EXECUTION_SCHEMA, ExecuteBody
-from eval_runner.contracts.hosted import RunInput, request_tags
-from eval_runner.contracts.strict_json import JsonValue, canonical
+from eval_runner.contracts.hosted import PublishInput, RunInput, request_tags
+from eval_runner.contracts.outputs import Headline, PublishOutput, RunOutput
+from eval_runner.contracts.report_documents import AgentPin
+from eval_runner.contracts.strict_json import JsonValue, canonical, digest_bytes
+from eval_runner.engine.report.build import build_report
+from eval_runner.engine.report.inputs import ReportInputs, RunSetup
+from eval_runner.engine.report.results_dir import suite_files, write_results
+from eval_runner.engine.suite_run import gate_file
 from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.logs import lines_to
 from eval_runner.nostr import ClientEvent, Event, PublicKey, SecretKey, conversation_key, decrypt, encode, encrypt, sign
+from eval_runner.service.blobs import BlobServer, BlobStore
 from eval_runner.service.config import Config
 from eval_runner.service.ledger.store import Ledger, ledger_path
+from eval_runner.service.relay.connection import RelayClient
 from eval_runner.service.relay.liveness import SUBSCRIBED, Liveness
 from eval_runner.service.relay.notify import Notifier
 from eval_runner.service.relay.publisher import Publisher
@@ -75,6 +88,7 @@ BOUND = 30.0
 WARM_ECHOES, ECHOES = 50, 500
 WARM_REFUSALS, REFUSALS, PLANNED_REFUSALS = 50, 500, 100
 WARM_ACCEPTS, ACCEPTS = 3, 50
+WARM_PUBLISHES, PUBLISHES, PUBLISHED_RUNS = 2, 20, 2
 FLOOD = 2_000
 WINDOW = 500
 REFUSAL_P50_MS, ECHO_FACTOR, ACCEPTED_P50_MS, FLOOD_RATE = 2.0, 10.0, 20.0, 1_000.0
@@ -84,11 +98,48 @@ REFUSAL_P50_MS, ECHO_FACTOR, ACCEPTED_P50_MS, FLOOD_RATE = 2.0, 10.0, 20.0, 1_00
 
 
 class StandInSuite:
-    """Holds every admitted run until it is cancelled: the bench measures the service, not the engine."""
+    """Holds every admitted run until it is cancelled, except a run of `PUBLISHED_RUNS` per arm, which it finishes
+    at once with the engine's own report and results (no attempt made): the bench measures the service."""
 
     async def run(self, plan: RunPlan, *, progress: Progress, cancel: asyncio.Event, results_base: Path) -> SuiteResult:
+        if plan.runs == PUBLISHED_RUNS:
+            return await asyncio.to_thread(finished, plan, results_base)
         await cancel.wait()
         raise SuiteError("the bench cancelled this run")
+
+
+def finished(plan: RunPlan, results_base: Path) -> SuiteResult:
+    """The results directory a run leaves, built by the engine's report builder for the plan (blocking)."""
+    authorship, now = plan.authorship, int(time.time())
+    built = build_report(
+        ReportInputs(
+            suite=plan.suite,
+            subject=plan.subject,
+            agent=AgentPin(digest=digest_bytes(b"bench coder"), size=11),
+            attempts=(),
+            gate_file=gate_file(),
+            author=authorship.author,
+            package=authorship.package,
+            component=authorship.component,
+            evaluator=authorship.evaluator,
+            started_at=now,
+            ended_at=now,
+            setup=RunSetup(runs=plan.runs),
+            subject_definition=None if plan.tool is None else plan.tool.record,
+            subject_release=plan.subject.definition.event,
+            suite_release=authorship.suite_release,
+            requester=authorship.requester,
+        )
+    )
+    directory = write_results(results_base, built, (), suite_files(plan.suite))
+    found = built.report.ext_eval.headline
+    return SuiteResult(
+        report=built.report_bytes,
+        report_ref=built.report_ref,
+        headline=Headline(found.subject_passed, found.baseline_passed, found.total),
+        verdict=built.verdict.value,
+        results=directory,
+    )
 
 
 async def serve(url: str, root: Path, secret: SecretKey) -> None:
@@ -121,8 +172,13 @@ async def _serve(url: str, root: Path, secret: SecretKey, subscribed: asyncio.Ev
     config.temp_root.mkdir()
     stop = asyncio.Event()
     liveness = Liveness(probe=config.probe_ms / 1000, renew=config.renew_ms / 1000)
-    with Ledger.open(ledger_path(config.state), secret.public_key().to_hex(), int(time.time())) as ledger:
-        async with Publisher(url, secret, probe=liveness.probe) as publisher:
+    runner = secret.public_key().to_hex()
+    with Ledger.open(ledger_path(config.state), runner, int(time.time())) as ledger:
+        async with (
+            Publisher(url, secret, probe=liveness.probe) as publisher,
+            BlobServer(root / "blobs", [runner]) as blob_server,
+            BlobStore([blob_server.url], blob_server.url, secret) as blobs,
+        ):
             pipeline = Pipeline.from_config(
                 config,
                 secret=secret,
@@ -130,6 +186,8 @@ async def _serve(url: str, root: Path, secret: SecretKey, subscribed: asyncio.Ev
                 catalog=Catalog.load(config.catalog),
                 suite_runner=StandInSuite(),
                 publisher=publisher,
+                blobs=blobs,
+                relay=RelayClient(url, secret, challenge_wait=0.0),  # as serve does for its embedded relay
             )
             # serve's own listen loop: the listener with the ledger's catch-up, deliveries tracked and drained
             listening = asyncio.create_task(
@@ -254,6 +312,12 @@ class Requests:
         value["draft"]["cases"] = [*value["draft"]["cases"], case]
         return self.execute(value, checked=False)[0]
 
+    def finishing(self) -> Event:
+        """A run of the admissible draft that the stand-in suite finishes at once."""
+        value = self.admissible.to_json()
+        value["runs"] = PUBLISHED_RUNS
+        return self.execute(value)[0]
+
     def cancel(self, target: Event, body: ExecuteBody) -> Event:
         control: dict[str, JsonValue] = {
             "v": EXECUTION_SCHEMA,
@@ -312,6 +376,7 @@ class Figures:
     refusal: list[float] = field(default_factory=list)
     planned: list[float] = field(default_factory=list)
     accepted: list[float] = field(default_factory=list)
+    published: list[float] = field(default_factory=list)
     floods: list[Flood] = field(default_factory=list)
     idle_rss_kib: int = 0
     peak_rss_kib: int = 0
@@ -328,6 +393,21 @@ async def accept_once(trainer: Trainer, requests: Requests) -> float:
         if time.perf_counter() > deadline:
             raise TimeoutError("the cancelled run never answered")
         await asyncio.sleep(0.001)
+    return took
+
+
+async def publish_once(trainer: Trainer, requests: Requests) -> float:
+    """A finished run (not timed), then its publish, timed until the result with both pointers."""
+    run = requests.finishing()
+    await trainer.round_trip(run, RESULT_KIND)
+    ran = trainer.open(RESULT_KIND, run.id)
+    if not isinstance(ran, ResultBody) or not isinstance(ran.output, RunOutput):
+        raise AssertionError(f"the run to publish did not finish: {ran}")
+    publish = requests.execute(PublishInput(ran.output.report))[0]
+    took = await trainer.round_trip(publish, RESULT_KIND)
+    done = trainer.open(RESULT_KIND, publish.id)
+    if not isinstance(done, ResultBody) or not isinstance(done.output, PublishOutput):
+        raise AssertionError(f"the publish did not complete: {done}")
     return took
 
 
@@ -384,6 +464,8 @@ async def measure(url: str, runner: str, service_pid: int) -> Figures:
             await trainer.round_trip(requests.too_large(), RESULT_KIND)
         for _ in range(WARM_ACCEPTS):
             await accept_once(trainer, requests)
+        for _ in range(WARM_PUBLISHES):
+            await publish_once(trainer, requests)
 
         echoes = [requests.echo(WARM_ECHOES + index) for index in range(ECHOES)]
         refusals = [requests.too_large() for _ in range(REFUSALS)]
@@ -398,6 +480,8 @@ async def measure(url: str, runner: str, service_pid: int) -> Figures:
                 figures.planned.append(await trainer.round_trip(planned[index], RESULT_KIND))
             if index < ACCEPTS:
                 figures.accepted.append(await accept_once(trainer, requests))
+            if index < PUBLISHES:
+                figures.published.append(await publish_once(trainer, requests))
         figures.idle_rss_kib = rss_kib(service_pid)
 
         for found in (Flood("flood, back to back", None), Flood(f"flood, ≤ {WINDOW} unanswered", WINDOW)):
@@ -476,6 +560,7 @@ def report(figures: Figures) -> None:
     refusal50, refusal95 = ms(figures.refusal, 0.5), ms(figures.refusal, 0.95)
     planned50, planned95 = ms(figures.planned, 0.5), ms(figures.planned, 0.95)
     accepted50, accepted95 = ms(figures.accepted, 0.5), ms(figures.accepted, 0.95)
+    published50, published95 = ms(figures.published, 0.5), ms(figures.published, 0.95)
     factor = refusal50 / echo50
     rows = [
         (f"relay bare echo ({ECHOES})", f"p50 {echo50:.2f} ms  p95 {ms(figures.echo, 0.95):.2f} ms", "(the floor)"),
@@ -494,6 +579,11 @@ def report(figures: Figures) -> None:
             f"accepted latency ({ACCEPTS})",
             f"p50 {accepted50:.2f} ms  p95 {accepted95:.2f} ms",
             f"p50 ≤ {ACCEPTED_P50_MS:g} ms: {verdict(accepted50 <= ACCEPTED_P50_MS)}",
+        ),
+        (
+            f"publish round trip, a fresh run ({PUBLISHES})",
+            f"p50 {published50:.2f} ms  p95 {published95:.2f} ms",
+            "(request → both pointers; no target)",
         ),
         *(row for found in figures.floods for row in flood_rows(found)),
         (

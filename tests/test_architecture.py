@@ -31,6 +31,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "engine.testset": {"errors", "contracts", "engine.grade"},
     "engine.grade": {"errors", "contracts", "nostr", "engine.testset", "engine.run", "engine.verdict"},
     "engine.run": {"errors", "contracts", "engine.testset"},
+    "engine.agents": {"errors", "contracts", "engine.testset", "engine.run"},
     "engine.verdict": {"errors", "contracts"},
     "engine.report": {"errors", "contracts", "engine.testset", "engine.run", "engine.grade", "engine.verdict"},
     "engine": {"errors", "contracts", "nostr", "engine.testset", "engine.run", "engine.grade", "engine.verdict"}
@@ -41,10 +42,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "service.releases": {"errors", "contracts", "nostr", "engine.testset", "service.blobs", "service.relay"},
     "service.requests": {"errors", "contracts", "nostr", "engine", "service", "service.ledger", "service.relay"}
     | {"service.blobs", "service.releases"}
-    | {"engine.testset", "engine.run", "engine.grade", "engine.verdict", "engine.report", "stand_ins"},
+    | {"engine.testset", "engine.run", "engine.grade", "engine.verdict", "engine.report", "stand_ins"}
+    | {"engine.agents"},
     "service": {"errors", "contracts", "nostr", "engine.run", "engine.testset", "service.ledger", "service.relay"}
-    | {"service.requests", "service.blobs", "service.releases"},
+    | {"service.requests", "service.blobs", "service.releases", "engine.agents"},
     "trainer": {"errors", "contracts", "nostr", "engine.testset", "engine.verdict", "engine.report", "service.relay"},
+    "reader": {"errors", "contracts", "nostr", "service.relay", "service.blobs", "service.releases"},
     "stand_ins": set(),
 }
 #: The pure core: no I/O of any kind.
@@ -55,7 +58,7 @@ IO_MODULES = {"asyncio", "socket", "subprocess", "sqlite3", "os", "shutil", "tem
     "nostr_sdk",
 }
 #: Run inside the sandbox as `python3 -I -S`: the standard library only.
-SANDBOXED = ("eval_runner.stand_ins.agent", "eval_runner.engine.run.bridge")
+SANDBOXED = ("eval_runner.stand_ins.agent", "eval_runner.engine.run.bridge", "eval_runner.engine.agents.builtin_agent")
 ERROR_ROOTS = {"EvalRunnerError", "ContractError", "NostrError"}
 
 

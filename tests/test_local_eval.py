@@ -20,6 +20,8 @@ import pytest
 from aiohttp import web
 
 from eval_runner.contracts.report import Report
+from eval_runner.engine.agents import BUILTIN_AGENT
+from eval_runner.engine.grade.doors import DoorApi
 from eval_runner.engine.grade.votes import NO_DECISION_DOOR
 from eval_runner.engine.report.inputs import StandIn
 from eval_runner.engine.report.view import STAND_INS_KEY
@@ -118,6 +120,13 @@ def test_the_stand_in_agent_is_named_a_stand_in_however_it_is_given(tmp_path: Pa
     assert real.stand_ins == frozenset()
 
 
+def test_a_real_door_with_no_agent_named_runs_the_built_in_agent() -> None:
+    local = prepare(options(door_url="http://127.0.0.1:9"), KEYED)
+    assert local.agent == BUILTIN_AGENT
+    assert local.stand_ins == frozenset()
+    assert any("the built-in agent" in notice for notice in local.notices)
+
+
 def test_the_agent_and_model_come_from_the_environment(tmp_path: Path) -> None:
     coder = executable(tmp_path / "coder")
     local = prepare(options(), env(EVAL_RUNNER_CODER=str(coder), CODER_MODEL="some/model"))
@@ -127,6 +136,20 @@ def test_the_agent_and_model_come_from_the_environment(tmp_path: Path) -> None:
     given = executable(tmp_path / "given")
     chosen = prepare(options(agent=given, model="m2"), env(EVAL_RUNNER_CODER=str(coder), CODER_MODEL="x"))
     assert (chosen.agent, chosen.model) == (given, "m2")
+
+
+def test_the_judge_speaks_anthropic_for_claude_code_unless_told_otherwise(tmp_path: Path) -> None:
+    claude = f"claude-code:{executable(tmp_path / 'claude')}"
+    door = "http://127.0.0.1:9"
+    assert prepare(options(agent_kind=claude, door_url=door), KEYED).door_api is DoorApi.ANTHROPIC
+    assert prepare(options(agent_kind=claude, door_url=door, door_api="chat"), KEYED).door_api is DoorApi.CHAT
+    assert prepare(options(door_url=door), KEYED).door_api is DoorApi.RESPONSES
+    assert prepare(options(door_url=door, door_api="anthropic"), KEYED).door_api is DoorApi.ANTHROPIC
+    assert prepare(options(), env()).door_api is DoorApi.RESPONSES
+    with pytest.raises(LocalEvalError, match="the offline stand-in door speaks only responses"):
+        prepare(options(door_api="anthropic"), env())
+    with pytest.raises(LocalEvalError, match="is not one of responses, anthropic, chat"):
+        prepare(options(door_url=door, door_api="grpc"), KEYED)
 
 
 def test_a_real_door_takes_its_key_from_the_named_variable_and_never_shows_it() -> None:
@@ -152,7 +175,7 @@ def test_a_real_door_takes_its_key_from_the_named_variable_and_never_shows_it() 
         ({}, {"EVAL_RUNNER_CODER": "/no/such/coder"}, "EVAL_RUNNER_CODER /no/such/coder is not an executable file"),
         ({}, {"EVAL_RUNNER_TMP": "/no/such/dir"}, "EVAL_RUNNER_TMP=/no/such/dir is not a directory"),
         ({"extension": Path("/no/such/ext")}, {}, "/no/such/ext is not a directory"),
-        ({"extension": Path("/tmp")}, {}, "/tmp is not an extension directory: it has no package.json"),
+        ({"extension": Path("/tmp")}, {}, "/tmp is not an extension directory: it has no package.json or SKILL.md"),
     ],
 )
 def test_bad_input_is_one_plain_line(changes: dict[str, object], environ: dict[str, str], said: str) -> None:
@@ -398,3 +421,85 @@ def test_the_decision_door_is_read_as_serve_reads_it() -> None:
     assert set(local.plan(local.door or DoorSettings("", "", ""), Path("/tmp")).secrets) == {KEY, "or-key", JEV_KEY}
     assert prepare(options(), {"OPENROUTER_API_KEY": "or-key"}).decision is None, "no TypeSafe key, no door"
     assert not any("decision" in notice for notice in prepare(options(), {}).notices), "no decision graders here"
+
+
+# --- a skill directory (SKILL.md and its test set) -------------------------------------------------
+
+SKILL_EXAMPLE = EXAMPLE.parent / "brief"
+
+
+def skill_copy(tmp_path: Path, *, evals_json_only: bool = False) -> Path:
+    target = tmp_path / "brief"
+    shutil.copytree(SKILL_EXAMPLE, target)
+    if evals_json_only:
+        for case in ("overview", "greeting"):
+            shutil.rmtree(target / "evals" / case)
+    return target
+
+
+def test_a_skill_directory_is_an_extension_eval_run_accepts(tmp_path: Path) -> None:
+    local = prepare(options(extension=SKILL_EXAMPLE, out=tmp_path / "out"), env())
+    assert local.tool.definition.id == f"{LOCAL_KEY}:brief/skill"
+    assert local.tool.subject.programs == ()
+    assert [case.name for case in local.suite.cases] == ["greeting", "overview"]
+    assert local.author.package == "brief-tests"
+    assert "test set: also found evals/evals.json, which was not read; one test set per extension" in local.notices
+
+
+def test_a_skill_directorys_evals_json_is_its_test_set_when_it_has_no_case_directories(tmp_path: Path) -> None:
+    local = prepare(options(extension=skill_copy(tmp_path, evals_json_only=True), out=tmp_path / "out"), env())
+    assert [case.name for case in local.suite.cases] == ["eval-1", "eval-2"]
+    assert local.notices[0] == "test set: 2 cases read from evals/evals.json"
+
+
+def test_a_bad_evals_json_names_the_file_and_the_field(tmp_path: Path) -> None:
+    ext = skill_copy(tmp_path, evals_json_only=True)
+    evals = ext / "evals" / "evals.json"
+    evals.write_text(evals.read_text().replace('"type": "contains"', '"type": "startswith"', 1))
+    with pytest.raises(LocalEvalError) as caught:
+        prepare(options(extension=ext), env())
+    where = f"{evals}: evals[0].assertions[0].type"
+    assert str(caught.value) == f"the test set does not load: {where}: an assertion's type is contains or not_contains"
+
+
+def test_a_skill_md_that_does_not_follow_the_standard_is_refused(tmp_path: Path) -> None:
+    ext = skill_copy(tmp_path)
+    skill = ext / "SKILL.md"
+    skill.write_text(skill.read_text().replace("name: brief", "name: Brief Skill"))
+    with pytest.raises(LocalEvalError, match=r"brief does not resolve as an extension: .*SKILL\.md: `name` is"):
+        prepare(options(extension=ext), env())
+
+
+@pytest.mark.parametrize("evals_json_only", [False, True], ids=["case-directories", "evals-json"])
+async def test_a_skill_directory_runs_through_the_stand_in_door_in_both_arms(
+    tmp_path: Path, temp_base: Path, evals_json_only: bool
+) -> None:
+    ext = skill_copy(tmp_path, evals_json_only=evals_json_only)
+    local = local_for(tmp_path, temp_base, extension=ext, runs=2, concurrency=2)
+    assert local.planned == 8
+    outcome = await run_local(local)
+    # The SKILL.md's guidance reaches the agent in the with arm only, so the overview passes there alone and
+    # the greeting (should-not-fire) passes in both.
+    passed = {
+        (case.kind.value, case.subject.runs_passed, case.baseline.runs_passed if case.baseline else None)
+        for case in outcome.built.scores.cases
+    }
+    assert passed == {("should-fire", 2, 0), ("should-not-fire", 2, 2)}
+    assert outcome.built.decision.verdict.word == "Better"
+    report = Report.parse_bytes((outcome.results_dir / "report.json").read_bytes())
+    assert report.subject.definition.id == f"{LOCAL_KEY}:brief/skill"
+    assert list(temp_base.iterdir()) == []
+
+
+def test_another_agent_than_coder_is_told_before_the_run_that_the_programs_stay_out(tmp_path: Path) -> None:
+    claude = executable(tmp_path / "claude")
+    real = {"agent_kind": "claude-code", "agent": claude, "door_url": "http://127.0.0.1:9", "out": tmp_path / "out"}
+    local = prepare(options(**real), env(**KEYED))
+    assert (
+        "programs: the extension's program (codebase-brief) run only under coder, "
+        "so claude-code gets its skills and not its program"
+    ) in local.notices
+    skill_only = prepare(options(extension=SKILL_EXAMPLE, **real), env(**KEYED))
+    assert not any(notice.startswith("programs:") for notice in skill_only.notices)
+    coder = prepare(options(out=tmp_path / "out"), env())
+    assert not any(notice.startswith("programs:") for notice in coder.notices)

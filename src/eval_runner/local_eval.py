@@ -25,7 +25,16 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from eval_runner import stand_ins
-from eval_runner.engine.grade.doors import OpenResponsesJudge
+from eval_runner.engine.agents import (
+    BUILTIN_AGENT,
+    AgentChoice,
+    AgentChoiceError,
+    AgentKind,
+    adapter_for,
+    parse_choice,
+)
+from eval_runner.engine.agents.install import installed
+from eval_runner.engine.grade.doors import DoorApi, judge_door
 from eval_runner.engine.grade.spec import DecisionGrader
 from eval_runner.engine.grade.votes import Doors
 from eval_runner.engine.report.build import ReportError
@@ -44,9 +53,12 @@ from eval_runner.engine.suite_run import (
     plan_attempts,
     run_suite,
 )
-from eval_runner.engine.testset.cases import Suite, load_suite
+from eval_runner.engine.testset.cases import Suite
 from eval_runner.engine.testset.catalog import LOCAL_KEY, PACKAGE_FILE, CatalogError, Tool, resolve_extension
+from eval_runner.engine.testset.foreign import FormatError
+from eval_runner.engine.testset.formats import load_test_set
 from eval_runner.engine.testset.frontmatter import TestSetError
+from eval_runner.engine.testset.skills import SKILL_FILE, is_skill_dir, programs_left_out
 from eval_runner.errors import EvalRunnerError
 from eval_runner.service.config import read_decision
 from eval_runner.service.requests.suites import decision_door
@@ -90,6 +102,10 @@ class EvalRunOptions:
     model: str | None = None
     concurrency: int = DEFAULT_CONCURRENCY
     out: Path = DEFAULT_OUT
+    #: `--agent-kind KIND[:PATH]` (`engine/agents`): None is the coder contract.
+    agent_kind: str | None = None
+    #: `--door-api`: the API the door speaks (`DoorApi`); None: Anthropic's for Claude Code, else Responses.
+    door_api: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +130,10 @@ class LocalEval:
     notices: tuple[str, ...] = field(default=())
     stand_ins: frozenset[StandIn] = frozenset()
     decision: DecisionPin | None = None
+    #: Which agent `agent` is (`--agent-kind`); None or `coder`: the child contract.
+    agent_choice: AgentChoice | None = None
+    #: The API the judge graders speak to the door.
+    door_api: DoorApi = DoorApi.RESPONSES
 
     @property
     def planned(self) -> int:
@@ -146,6 +166,7 @@ class LocalEval:
             hosted=False,
             stand_ins=self.stand_ins,
             extra_secrets=self.decision_keys,
+            adapter=None if self.agent_choice is None else adapter_for(self.agent_choice, self.agent),
         )
 
     @property
@@ -167,11 +188,31 @@ def prepare(options: EvalRunOptions, environ: Mapping[str, str]) -> LocalEval:
     _in_range("--runs", options.runs, RUNS_RANGE)
     _in_range("--concurrency", options.concurrency, CONCURRENCY_RANGE)
     tool = _tool(options.extension)
-    suite = _suite(Path(os.path.abspath(tool.root)) / EVALS_DIR)
     notices: list[str] = []
-    agent = _agent(options.agent, environ, notices)
+    suite = _suite(Path(os.path.abspath(tool.root)), tool, notices)
+    choice = _agent_choice(options.agent_kind)
     model = options.model or environ.get("CODER_MODEL") or DEFAULT_MODEL
-    door = _door_settings(options, environ, model, notices)
+    door_notices: list[str] = []  # said after the agent's
+    door = _door_settings(options, environ, model, door_notices)
+    if choice is None and options.agent is None and not environ.get("EVAL_RUNNER_CODER") and door is not None:
+        # A real door and no agent named: the built-in agent, a real one, rather than the stand-in.
+        notices.append(f"agent: the built-in agent ({BUILTIN_AGENT}); --agent-kind chooses another")
+        choice = AgentChoice(AgentKind.BUILTIN)
+    if choice is None or choice.kind is AgentKind.CODER:
+        agent = _agent(options.agent or (None if choice is None else choice.path), environ, notices)
+    elif choice.kind is AgentKind.BUILTIN:
+        agent = _executable(options.agent or choice.program() or BUILTIN_AGENT, "the built-in agent")
+    else:
+        agent = _real_agent(choice, options.agent)
+        if options.door_url is None:
+            raise LocalEvalError(
+                f"--agent-kind {choice.kind} talks to a real model: give --door-url and --door-key-env"
+            )
+    notices.extend(door_notices)
+    door_api = _door_api(options.door_api, choice, door)
+    programs = [program.slug for program in tool.subject.programs]
+    if choice is not None and (left_out := programs_left_out(programs, choice.kind.value)) is not None:
+        notices.append(left_out.notice)
     decision = _decision(suite, door, model, environ, notices)
     out = Path(os.path.abspath(options.out))
     if out.exists() and not out.is_dir():
@@ -197,7 +238,42 @@ def prepare(options: EvalRunOptions, environ: Mapping[str, str]) -> LocalEval:
         notices=tuple(notices),
         stand_ins=frozenset(stand_ins),
         decision=decision,
+        agent_choice=choice,
+        door_api=door_api,
     )
+
+
+def _door_api(given: str | None, choice: AgentChoice | None, door: DoorSettings | None) -> DoorApi:
+    """`--door-api`, else Anthropic Messages for Claude Code (its door speaks only that), else Responses."""
+    if given is None:
+        return DoorApi.ANTHROPIC if choice is not None and choice.kind is AgentKind.CLAUDE_CODE else DoorApi.RESPONSES
+    try:
+        api = DoorApi(given)
+    except ValueError:
+        known = ", ".join(item.value for item in DoorApi)
+        raise LocalEvalError(f"--door-api {given!r} is not one of {known}") from None
+    if door is None and api is not DoorApi.RESPONSES:
+        raise LocalEvalError(f"--door-api {api}: the offline stand-in door speaks only responses; give --door-url")
+    return api
+
+
+def _agent_choice(text: str | None) -> AgentChoice | None:
+    if text is None:
+        return None
+    try:
+        return parse_choice(text)
+    except AgentChoiceError as error:
+        raise LocalEvalError(f"--agent-kind: {error.message}") from None
+
+
+def _real_agent(choice: AgentChoice, given: Path | None) -> Path:
+    """Claude Code's or Codex's binary: `--agent`, the kind's own path, or the one `scripts/agents` installed."""
+    if given is not None or choice.path is not None:
+        return _executable(given or choice.path or Path(), f"the {choice.kind} agent")
+    found = choice.program() or Path()
+    if not installed(found):
+        raise LocalEvalError(f"{choice.kind} is not installed at {found}: run scripts/agents, or give its path")
+    return found
 
 
 async def run_local(
@@ -223,7 +299,8 @@ async def run_local(
             raise LocalEvalError(f"--out {local.results_base}: {os_error_text(error)}") from None
         async with _open_door(local) as door:
             doors = Doors(
-                decision=decision_door(local.decision), judge=OpenResponsesJudge(door.url, door.key, door.model)
+                decision=decision_door(local.decision),
+                judge=judge_door(local.door_api, door.url, door.key, door.model),
             )
             setup_seconds = time.monotonic() - began
             try:
@@ -283,23 +360,30 @@ def _tool(directory: Path) -> Tool:
     root = Path(os.path.abspath(directory))
     if not root.is_dir():
         raise LocalEvalError(f"{root} is not a directory")
-    if not (root / PACKAGE_FILE).is_file():
-        raise LocalEvalError(f"{root} is not an extension directory: it has no {PACKAGE_FILE}")
+    if not (root / PACKAGE_FILE).is_file() and not is_skill_dir(root):
+        raise LocalEvalError(f"{root} is not an extension directory: it has no {PACKAGE_FILE} or {SKILL_FILE}")
     try:
         return resolve_extension(root)
     except CatalogError as error:
         raise LocalEvalError(f"{root} does not resolve as an extension: {error.message}") from None
 
 
-def _suite(evals: Path) -> Suite:
+def _suite(root: Path, tool: Tool, notices: list[str]) -> Suite:
+    """The test set in whichever format the extension has (`engine/testset/formats.py`)."""
+    evals = root / EVALS_DIR
+    skill_name = tool.name if is_skill_dir(root) else None
     try:
-        return load_suite(evals)
+        loaded = load_test_set(root, skill_name=skill_name)
     except TestSetError as error:
         file = Path(error.file)
-        where = str(file if file.is_absolute() else evals / file)
+        where = str(file if file.is_absolute() else (root if isinstance(error, FormatError) else evals) / file)
         if error.line is not None:
             where += f":{error.line}"
+        if isinstance(error, FormatError) and error.key is not None:
+            where += f": {error.key}"
         raise LocalEvalError(f"the test set does not load: {where}: {error.message}") from None
+    notices.extend(loaded.notices)
+    return loaded.suite
 
 
 def _agent(given: Path | None, environ: Mapping[str, str], notices: list[str]) -> Path:

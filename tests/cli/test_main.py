@@ -215,11 +215,12 @@ def test_the_door_key_never_reaches_the_terminal_or_the_results(
     out = tmp_path / "results"
     done = cli(
         *("eval", "run", str(EXAMPLE), "--runs", "2", "--out", str(out)),
-        *("--door-url", door, "--door-key-env", "MY_DOOR_KEY"),
+        *("--door-url", door, "--door-key-env", "MY_DOOR_KEY", "--agent-kind", "coder"),
         env={**environ, "MY_DOOR_KEY": DOOR_KEY},
     )
     assert done.returncode == 0, done.stderr
     assert "offline stand-in" not in done.stderr  # a real door was named
+    # `coder` with no path is the stand-in coder (a real door alone would pick the built-in agent).
     assert "Stand-in run: the agent was a stand-in, so this “Better” says nothing about a real agent." in done.stdout
     report_path, _ = paths_of(done.stdout)
     assert Report.parse_bytes(report_path.read_bytes()).verdict.value == "pass"  # the door answered
@@ -279,9 +280,14 @@ COMMAND_LINES = {
     "pubkey": ["pubkey"],
     "release": ["release", str(EXAMPLE)],
     "usage": ["usage"],
+    "ledger export": ["ledger", "export"],
+    "ledger import": ["ledger", "import"],
     "trainer run": ["trainer", "run"],
     "trainer status": ["trainer", "status", "ID"],
     "trainer cancel": ["trainer", "cancel", "ID"],
+    "trainer publish": ["trainer", "publish", "ID"],
+    "trainer results": ["trainer", "results", "--subject", "DEFREF"],
+    "verify": ["verify", "ID"],
 }
 DECISION_VARIABLES = ("TYPESAFE_API_KEY", "TYPESAFE_BASE_URL", "AI_GATEWAY_API_KEY", "OPENROUTER_API_KEY")
 
@@ -311,7 +317,11 @@ VARIABLES = {
     "pubkey": {"EVAL_RUNNER_KEY_FILE", "EVAL_RUNNER_RELAY", "EVAL_RUNNER_STATE", "HOME"},
     "release": read_names(eval_runner.service.config),
     "usage": {"EVAL_RUNNER_STATE", "HOME"},
-    **dict.fromkeys(("trainer run", "trainer status", "trainer cancel"), TRAINER_VARIABLES),
+    "ledger export": {"EVAL_RUNNER_STATE", "HOME"},
+    "ledger import": {"EVAL_RUNNER_DATABASE", "EVAL_RUNNER_STATE"},
+    **dict.fromkeys(("trainer run", "trainer status", "trainer cancel", "trainer publish"), TRAINER_VARIABLES),
+    "trainer results": {"EVAL_RUNNER_RELAY"},
+    "verify": {"EVAL_RUNNER_RELAY"} | read_names(eval_runner.local_eval) | {"CODER_DOOR_KEY", *DECISION_VARIABLES},
 }
 
 
@@ -410,6 +420,7 @@ JSON_KEYS = {
     "headline_text",
     "notes",
     "stand_ins",
+    "figures",
     "partial",
     "report",
     "html",
@@ -446,6 +457,15 @@ def test_eval_run_json_is_one_object_on_stdout(tmp_path: Path, environ: dict[str
         found["headline_text"] == "Passes 2 of 2 tests with the extension, 1 of 2 without. Change in mean score: +0.50."
     )
     assert found["stand_ins"] == ["agent", "door"]
+    figures = {(row["arm"], row["metric"]): row for row in found["figures"]}
+    for arm in ("subject", "baseline"):
+        # The stand-in door reports usage on each of its answers: one model call a run, 4 runs an arm.
+        assert {key: figures[(arm, "turns")][key] for key in ("value", "denominator", "unknown_count")} == {
+            "value": 4,
+            "denominator": 4,
+            "unknown_count": 0,
+        }
+    assert figures[("subject", "tool_calls")]["value"] > figures[("baseline", "tool_calls")]["value"] == 0
     assert (found["cancelled"], found["partial"], found["error"]) == (False, None, None)
     assert (found["fail_on"], found["exit_code"]) == ("inconclusive", 0)
     report, html = Path(found["report"]), Path(found["html"])
@@ -496,7 +516,7 @@ def test_eval_run_json_says_why_when_nothing_ran(tmp_path: Path, environ: dict[s
     assert done.returncode == 1
     found = json.loads(done.stdout)
     assert set(found) == JSON_KEYS
-    assert found["error"] == f"{tmp_path} is not an extension directory: it has no package.json"
+    assert found["error"] == f"{tmp_path} is not an extension directory: it has no package.json or SKILL.md"
     assert (found["verdict"], found["report"], found["exit_code"]) == (None, None, 1)
     assert done.stderr == f"eval-runner: {found['error']}\n"
 

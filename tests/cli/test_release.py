@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import shutil
 from collections.abc import AsyncIterator, Sequence
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -24,9 +25,12 @@ import pytest_asyncio
 
 from eval_runner.cli.main import main
 from eval_runner.cli.release import NO_DIRECTORY, release_main
+from eval_runner.engine.suite_run import gate_file
+from eval_runner.engine.testset.formats import load_test_set
 from eval_runner.nostr import Event, SecretKey
 from eval_runner.service.blobs import BlobServer
 from eval_runner.service.relay.connection import RelayClient
+from eval_runner.service.releases import suite_release
 from eval_runner.service.releases.publish import releases_filter
 from tests.support.captured_logs import captured_logs
 from tests.support.paths import EXAMPLE, REFERENCE
@@ -188,3 +192,31 @@ async def test_a_blob_store_that_does_not_answer_stops_it_before_any_release(pub
     assert (code, out) == (1, "")
     assert err.startswith("eval-runner: tools not released: uploading manifest.json: ")
     assert await published.releases() == []
+
+
+async def test_a_skill_directorys_evals_json_is_the_test_set_it_releases(published: Published, tmp_path: Path) -> None:
+    skill = tmp_path / "brief"
+    shutil.copytree(EXAMPLE.parent / "brief", skill)
+    for case in ("overview", "greeting"):
+        shutil.rmtree(skill / "evals" / case)  # only evals/evals.json is left
+    code, out, err = await asyncio.to_thread(released, [skill], published.env)
+    assert (code, err) == (0, "")
+    suite_line = out.splitlines()[1]
+    assert suite_line.startswith(f"brief {published.runner}:brief-tests ")
+    stored = {event.id: event for event in await published.releases()}
+    event = stored[suite_line.rsplit(" ", 1)[1]]
+    suite = load_test_set(skill, skill_name="brief").suite
+    assert [case.name for case in suite.cases] == ["eval-1", "eval-2"]
+    expected = suite_release(suite, author=published.runner, package="brief-tests", gate_file=gate_file())
+    assert event.content == expected.content
+
+
+async def test_a_bad_evals_json_stops_it_naming_the_directory(published: Published, tmp_path: Path) -> None:
+    skill = tmp_path / "brief"
+    shutil.copytree(EXAMPLE.parent / "brief", skill)
+    for case in ("overview", "greeting"):
+        shutil.rmtree(skill / "evals" / case)
+    (skill / "evals" / "evals.json").write_text('{"skill_name": "brief", "evals": []}')
+    code, _, err = await asyncio.to_thread(released, [skill], published.env)
+    assert code == 1
+    assert err.startswith(f"eval-runner: {skill}: evals/evals.json")

@@ -30,6 +30,7 @@ import pytest
 
 from eval_runner import stand_ins
 from eval_runner.contracts.refs import ArtifactRef, DefinitionRef
+from eval_runner.contracts.report_figures import META_KEY as FIGURES_KEY
 from eval_runner.contracts.report_statistics import META_KEY as STATISTICS_KEY
 from eval_runner.contracts.strict_json import read
 from eval_runner.engine.grade.spec import DecisionQuestion
@@ -224,7 +225,7 @@ async def test_a_reference_scenario_replays_to_the_reference_report(
 
     # A phone or referee running the reference's checks accepts it; the statistics ride in meta.
     assert validate(ours, outcome.built.artifacts) == []
-    assert set(ours["meta"]) <= {"ext_eval", STATISTICS_KEY}
+    assert set(ours["meta"]) <= {"ext_eval", STATISTICS_KEY, FIGURES_KEY}
     if name == "partial":
         assert outcome.built.limitations.partial == "1 run did not finish"
 

@@ -82,6 +82,7 @@ async def test_serve_generates_its_key_once_prints_the_startup_lines_and_stops_o
             f"usage   {state / 'usage'}",
             "liveness a probe every 0.3 s; the subscription is renewed every 2700 s",
             "Codebase brief: its package names the publisher eval-runner examples, not this runner",
+            "defaults none published; the baseline arm admits nothing",
             SUBSCRIBED,
         ]
         assert url.startswith("ws://127.0.0.1:")

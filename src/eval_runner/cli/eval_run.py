@@ -19,6 +19,7 @@ from rich.console import Console
 from eval_runner.cli.parser import Commands, Variable, bounded, env_default, environment, fixed_default
 from eval_runner.cli.render import ProgressView, result_paths, show_outcome
 from eval_runner.contracts.strict_json import JsonValue
+from eval_runner.engine.grade.doors import DoorApi
 from eval_runner.engine.report import view as words
 from eval_runner.engine.suite_run import SuiteOutcome
 from eval_runner.engine.verdict.gate import Verdict
@@ -95,10 +96,24 @@ def register(commands: Commands) -> None:
         help="the agent both arms run " + env_default("EVAL_RUNNER_CODER", "the stand-in agent"),
     )
     run.add_argument(
+        "--agent-kind",
+        metavar="KIND[:PATH]",
+        help="which agent --agent is: coder (the child contract), claude-code or codex (the installed one "
+        "unless a path is given; needs --door-url) " + fixed_default("coder"),
+    )
+    run.add_argument(
         "--model", metavar="NAME", help="the model the door is asked for " + env_default("CODER_MODEL", DEFAULT_MODEL)
     )
     run.add_argument(
         "--door-url", metavar="URL", help="a real model door " + fixed_default("an offline stand-in door, started here")
+    )
+    run.add_argument(
+        "--door-api",
+        metavar="API",
+        choices=tuple(api.value for api in DoorApi),
+        help="the API the door speaks, which the judge graders speak to it: responses (OpenAI Responses), "
+        "anthropic (Anthropic Messages) or chat (Chat Completions) "
+        + fixed_default("anthropic with --agent-kind claude-code, else responses"),
     )
     run.add_argument(
         "--door-key-env",
@@ -124,7 +139,7 @@ def register(commands: Commands) -> None:
         "--json",
         action="store_true",
         help="print one JSON object on stdout when it ends (verdict, verdict_words, headline, headline_text, "
-        "notes, stand_ins, report, html, results, cancelled, fail_on, exit_code, error) and nothing else "
+        "notes, stand_ins, figures, report, html, results, cancelled, fail_on, exit_code, error) and nothing else "
         "there; progress stays on stderr",
     )
     run.add_argument(
@@ -142,8 +157,10 @@ def _eval_run(args: argparse.Namespace) -> int:
         extension=args.extension,
         runs=args.runs,
         agent=args.agent,
+        agent_kind=args.agent_kind,
         door_url=args.door_url,
         door_key_env=args.door_key_env,
+        door_api=args.door_api,
         model=args.model,
         concurrency=args.concurrency,
         out=args.out,
@@ -203,6 +220,7 @@ def outcome_json(outcome: SuiteOutcome, fail_on: str | None, code: int) -> dict[
         "headline_text": words.headline(view),
         "notes": list(view.notes),
         "stand_ins": [part.value for part in view.stand_ins],
+        "figures": [row.to_json() for arm in words.arms(view) for row in arm.figures],
         "partial": view.partial,
         "report": str(outcome.results_dir / "report.json"),
         "html": str(outcome.results_dir / "report.html"),
@@ -222,6 +240,7 @@ def failure_json(message: str, fail_on: str | None, code: int) -> dict[str, Json
         **found,
         "notes": [],
         "stand_ins": [],
+        "figures": [],
         "cancelled": code == STOPPED,
         "fail_on": fail_on,
         "exit_code": code,

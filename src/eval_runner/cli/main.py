@@ -16,10 +16,12 @@ from typing import Final
 
 from eval_runner import __version__
 from eval_runner.cli.eval_run import register as register_eval
+from eval_runner.cli.ledger import register as register_ledger
 from eval_runner.cli.parser import USAGE, Commands, Handler, Parser, Variable, environment
 from eval_runner.cli.release import register as register_release
 from eval_runner.cli.service import register_check, register_pubkey, register_serve, register_usage
 from eval_runner.cli.trainer import register as register_trainer
+from eval_runner.cli.verify import register as register_verify
 from eval_runner.demo import demo_main
 
 PROG: Final = "eval-runner"
@@ -76,11 +78,17 @@ def register_demo(commands: Commands) -> None:
         ),
         epilog=environment(DEMO_ENVIRONMENT),
     )
+    parser.add_argument(
+        "--agent",
+        metavar="KIND",
+        help="run a real agent instead of the stand-in: claude-code or codex (installed by scripts/agents) or "
+        "builtin, with the SKILL.md example and a stand-in door [default: the stand-in coder]",
+    )
     parser.set_defaults(handler=_demo)
 
 
-def _demo(_: argparse.Namespace) -> int:
-    return demo_main()
+def _demo(args: argparse.Namespace) -> int:
+    return demo_main(agent=args.agent)
 
 
 #: Every command, in the order `--help` lists them.
@@ -92,7 +100,9 @@ COMMANDS: Final[tuple[Callable[[Commands], None], ...]] = (
     register_pubkey,
     register_release,
     register_usage,
+    register_ledger,
     register_trainer,
+    register_verify,
 )
 
 

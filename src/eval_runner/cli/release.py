@@ -1,6 +1,7 @@
 """`eval-runner release DIR…`: release each extension directory's test set as the runner (runner.md §3.4).
 
-First every catalog tool this runner publishes (`<tool name> (tool) <release id>`), then each DIR's `evals/`
+First every catalog tool this runner publishes (`<tool name> (tool) <release id>`), then each DIR's test set
+(its `evals/` case directories, else `evals/evals.json` or a Vally `eval.yaml`: `engine/testset/formats.py`)
 as the package `<runner>:<slug>-tests` (`<tool name> <runner>:<slug>-tests <release id>`), one stdout line
 each as it is released, ` (already released)` at the end when the relay already held that very release. The
 first failure stops the command (`eval-runner: <why>`, exit 1); no DIR is a usage error (64).
@@ -24,9 +25,11 @@ from typing import Final, TextIO
 from eval_runner.cli.parser import USAGE, Commands, Parser, environment
 from eval_runner.cli.service import SERVICE_ENVIRONMENT
 from eval_runner.engine.suite_run import gate_file
-from eval_runner.engine.testset.cases import load_suite
 from eval_runner.engine.testset.catalog import resolve_extension
+from eval_runner.engine.testset.foreign import FormatError
+from eval_runner.engine.testset.formats import load_test_set
 from eval_runner.engine.testset.frontmatter import TestSetError
+from eval_runner.engine.testset.skills import is_skill_dir
 from eval_runner.errors import EvalRunnerError
 from eval_runner.logs import lines_to_stream
 from eval_runner.nostr import SecretKey
@@ -58,7 +61,8 @@ def register(commands: Commands) -> None:
         "release",
         help="release extension directories' test sets (and the runner's catalog tools) as the runner",
         description=(
-            "Release every catalog tool this runner publishes, then each DIR's evals/ as the test set "
+            "Release every catalog tool this runner publishes, then each DIR's test set (evals/, "
+            "evals/evals.json or eval.yaml) as the test set "
             "<runner>:<slug>-tests: files to the blob store, then one 3184 each, signed by the runner key, "
             "printing each release's event id. A second run reuses the releases the relay holds. With the "
             "embedded relay (EVAL_RUNNER_RELAY unset) it publishes through the running `eval-runner serve` "
@@ -66,7 +70,7 @@ def register(commands: Commands) -> None:
         ),
         epilog=environment(SERVICE_ENVIRONMENT),
     )
-    parser.add_argument("dirs", nargs="*", metavar="DIR", type=Path, help="an extension directory (with evals/)")
+    parser.add_argument("dirs", nargs="*", metavar="DIR", type=Path, help="an extension directory (with a test set)")
 
     def run(args: argparse.Namespace) -> int:
         if not args.dirs:
@@ -119,7 +123,10 @@ async def release_all(config: Config, dirs: Sequence[Path], say: Callable[[str],
             tool = resolve_extension(root)
             package = f"{tool.package.slug}{TESTS_SUFFIX}"
             try:
-                suite = load_suite(root / EVALS_DIR)
+                # In whichever format the directory holds it, as `eval run` and `trainer run` read it.
+                suite = load_test_set(root, skill_name=tool.name if is_skill_dir(root) else None).suite
+            except FormatError as error:
+                raise ReleaseCommandError(f"{root}: {error}") from None
             except TestSetError as error:
                 raise ReleaseCommandError(f"{root / EVALS_DIR}: {error}") from None
             try:

@@ -146,9 +146,13 @@ def why_lines(decision: Decision) -> list[str]:
 
 
 def time_lines(view: ReportView) -> list[str]:
-    """Time and cost per run of each arm (what the progress lines show), then per round of the compared
-    cases (what the notes compare)."""
-    return [*(words.arm_line(arm) for arm in words.arms(view)), *words.round_lines(view.rounds)]
+    """Time and cost per run of each arm (what the progress lines show), its tokens, model calls and tool
+    calls per run, then time and cost per round of the compared cases (what the notes compare)."""
+    return [
+        *(words.arm_line(arm) for arm in words.arms(view)),
+        *words.figures_lines(view),
+        *words.round_lines(view.rounds),
+    ]
 
 
 def wall_line(outcome: SuiteOutcome) -> str:

@@ -1,5 +1,7 @@
 """`eval-runner trainer run|status|cancel`: ask a runner over a relay whether an extension helps, from a
-terminal (a progress bar, then the verdict table from the sealed report) or a script (`--json`).
+terminal (a progress bar, then the verdict table from the sealed report) or a script (`--json`). A run may
+check (`--check`) or validate (`--validates`) a published result; `publish` and `results` are
+`cli.trainer_results`'s, the options every action shares `cli.trainer_options`'.
 
 Job events are ephemeral, so every request sent is kept locally (`--requests DIR`) for status, cancel and
 `--retransmit`. Which runner on which relay is `cli.destination`'s rule. Choices and exit codes:
@@ -9,31 +11,28 @@ docs/decisions.md, "The trainer client".
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
-import sys
-from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from eval_runner.cli.destination import LOCAL_RELAY, RELAY_ENV, RULE, RUNNER_ENV, destination
-from eval_runner.cli.kept_requests import REQUESTS_DEFAULT, REQUESTS_ENV, keep, kept, requests_dir
-from eval_runner.cli.parser import (
-    USAGE,
-    Commands,
-    Handler,
-    Parser,
-    UsageError,
-    Variable,
-    env_default,
-    environment,
-    fixed_default,
-)
+from eval_runner.cli.destination import RULE, destination
+from eval_runner.cli.kept_requests import keep, kept, requests_dir
+from eval_runner.cli.parser import Commands, UsageError, environment, fixed_default
 from eval_runner.cli.render import case_table, verdict_text
+from eval_runner.cli.trainer_options import (
+    CONTROL_SECONDS,
+    ENVIRONMENT,
+    EXIT_CODES,
+    common,
+    emit,
+    handler,
+    runs_per_arm,
+    say,
+    trainer_key,
+)
+from eval_runner.cli.trainer_results import register as register_results
 from eval_runner.contracts.answers import AcceptedBody, Answer, CancelResult, ProgressBody, ResultBody, StatusResult
 from eval_runner.contracts.hosted import RunInput
 from eval_runner.contracts.strict_json import JsonValue
@@ -41,9 +40,6 @@ from eval_runner.engine.report import view as words
 from eval_runner.engine.report.inputs import StandIn
 from eval_runner.engine.report.view import ArmCell, CaseView, ReportView, view_of
 from eval_runner.engine.verdict.gate import Verdict
-from eval_runner.nostr import SecretKey
-from eval_runner.service.config import HOME_STATE, STATE_KEY_FILE
-from eval_runner.service.keyfile import KeyFileError, ensure_key, load_key
 from eval_runner.trainer.client import (
     CANCEL_REASON,
     VERDICT_WORDS,
@@ -60,33 +56,15 @@ from eval_runner.trainer.client import (
     subject_ref,
     suite_draft,
 )
-
-CONTROL_SECONDS: Final = 60.0
-MAX_RUNS: Final = 3
-ENVIRONMENT: Final = (
-    Variable(RELAY_ENV, LOCAL_RELAY, "the relay, when --relay is not given"),
-    Variable(RUNNER_ENV, "(unset: the runner that goes with the relay)", "the runner, when --runner is not given"),
-    Variable(REQUESTS_ENV, REQUESTS_DEFAULT, "where sent requests are kept, when --requests is not given"),
-    Variable("XDG_STATE_HOME", "$HOME/.local/state", "the base of the kept requests' default directory"),
-    Variable("EVAL_RUNNER_KEY_FILE", "(unset)", "the local runner's key file, as for serve and pubkey"),
-    Variable(
-        "EVAL_RUNNER_STATE", f"$HOME/{HOME_STATE}", f"the local runner's state: its key is <state>/{STATE_KEY_FILE}"
-    ),
-    Variable("HOME", "(unset: .)", "the base of the $HOME defaults"),
-)
-_EXIT_CODES: Final = (
-    "Exit codes: 0 a completed run whose sealed report checked (whatever the verdict), an answered status, an "
-    "acknowledged cancel; 1 a refusal, a failed, cancelled or unknown run, no answer within --timeout, a relay "
-    "or input that failed, a report that does not check; 64 a wrong command line."
-)
+from eval_runner.trainer.requests import extension_draft
 
 
 def register(commands: Commands) -> None:
-    """Add `trainer run|status|cancel` to the `eval-runner` subcommands (each sets `handler`)."""
+    """Add `trainer run|status|cancel|publish|results` to the `eval-runner` subcommands (each sets `handler`)."""
     group = commands.add_parser(
         "trainer",
         help="ask a runner over a relay whether an extension helps",
-        description="Send runs to a hosted eval runner, follow them, stop them.",
+        description="Send runs to a hosted eval runner, follow them, stop them, publish their results.",
     )
     actions = group.add_commands("trainer commands", "ACTION")
     run = actions.add_parser(
@@ -94,7 +72,7 @@ def register(commands: Commands) -> None:
         help="send a run and show its progress and verdict",
         description=(
             "Send a run of a test set against a tool and wait for the verdict, showing the runner's progress. "
-            f"{RULE} {_EXIT_CODES}"
+            f"{RULE} {EXIT_CODES}"
         ),
         epilog=environment(ENVIRONMENT),
     )
@@ -103,10 +81,10 @@ def register(commands: Commands) -> None:
     subject.add_argument(
         "--subject", metavar="DEFREF", help="the catalog tool's DefinitionRef (JSON, or a file) " + by_draft
     )
-    alone = "the extension directory; alone, its evals/ are sent"
+    alone = "the extension directory; alone, its test set is sent (evals/, evals/evals.json or eval.yaml)"
     subject.add_argument("--extension", metavar="DIR", type=Path, help=f"{alone} {by_draft}")
     tests = run.add_mutually_exclusive_group()
-    own = fixed_default("the --extension's own evals/")
+    own = fixed_default("the --extension's own test set")
     tests.add_argument("--draft", metavar="FILE", type=Path, help="an openagents.eval-draft.v1 file " + own)
     tests.add_argument("--suite", metavar="DIR", type=Path, help="a local evals/ directory, sent as a draft " + own)
     tests.add_argument(
@@ -115,137 +93,49 @@ def register(commands: Commands) -> None:
         help="the event id of a published test set's 3184 release (its signer is read from the relay); "
         "needs --subject or --extension " + own,
     )
-    run.add_argument("--runs", metavar="N", type=_runs, default=1, help="runs per arm, 1..3 " + fixed_default(1))
+    cites = run.add_mutually_exclusive_group()
+    cites.add_argument(
+        "--check",
+        metavar="RESULT_ID",
+        help="rerun a published result (3189): its own test set on its tool, unless --suite-release and "
+        "--subject or --extension say otherwise " + fixed_default("not a check"),
+    )
+    cites.add_argument(
+        "--validates",
+        metavar="RESULT_ID",
+        help="validate a published result with a second, published test set (--suite-release) on the tool it "
+        "tested " + fixed_default("not a validation"),
+    )
+    run.add_argument("--runs", metavar="N", type=runs_per_arm, default=1, help="runs per arm, 1..3 " + fixed_default(1))
     run.add_argument(
         "--retransmit",
         metavar="ID",
         help="re-sign and resend a request sent earlier, unchanged " + fixed_default("a new request"),
     )
-    _common(run, WAIT_SECONDS)
-    run.set_defaults(handler=_handler(_run))
+    common(run, WAIT_SECONDS)
+    run.set_defaults(handler=handler(_run))
     status = actions.add_parser(
         "status",
         help="ask where a run stands",
-        description=f"Ask the runner where a run sent earlier stands. {RULE} {_EXIT_CODES}",
+        description=f"Ask the runner where a run sent earlier stands. {RULE} {EXIT_CODES}",
         epilog=environment(ENVIRONMENT),
     )
     status.add_argument("id", metavar="ID", help="the request id, or the id of an event that carried it")
-    _common(status, CONTROL_SECONDS)
-    status.set_defaults(handler=_handler(_status))
+    common(status, CONTROL_SECONDS)
+    status.set_defaults(handler=handler(_status))
     cancel = actions.add_parser(
         "cancel",
         help="stop a run",
-        description=f"Ask the runner to stop a run sent earlier. {RULE} {_EXIT_CODES}",
+        description=f"Ask the runner to stop a run sent earlier. {RULE} {EXIT_CODES}",
         epilog=environment(ENVIRONMENT),
     )
     cancel.add_argument("id", metavar="ID", help="the request id, or the id of an event that carried it")
     cancel.add_argument(
         "--reason", default=CANCEL_REASON, help="why, for the runner's records " + fixed_default(CANCEL_REASON)
     )
-    _common(cancel, CONTROL_SECONDS)
-    cancel.set_defaults(handler=_handler(_cancel))
-
-
-def _common(parser: Parser, timeout: float) -> None:
-    parser.add_argument("--relay", metavar="URL", help="the relay " + env_default(RELAY_ENV, LOCAL_RELAY))
-    parser.add_argument(
-        "--runner",
-        metavar="PUBKEY",
-        help="the runner's key, hex or npub " + env_default(RUNNER_ENV, "the runner that goes with the relay"),
-    )
-    keys = parser.add_mutually_exclusive_group()
-    keys.add_argument(
-        "--key-file",
-        metavar="FILE",
-        type=Path,
-        help="the trainer's key: 64 hex or nsec, mode 0600 " + fixed_default("none: this or --new-key is needed"),
-    )
-    keys.add_argument(
-        "--new-key",
-        metavar="FILE",
-        type=Path,
-        help="make a new trainer key in FILE (never over a file) and use it " + fixed_default("use --key-file"),
-    )
-    parser.add_argument(
-        "--requests",
-        metavar="DIR",
-        type=Path,
-        help="where sent requests are kept " + env_default(REQUESTS_ENV, REQUESTS_DEFAULT),
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    parser.add_argument(
-        "--timeout",
-        metavar="SECONDS",
-        type=_seconds,
-        default=timeout,
-        help="how long to wait " + fixed_default(f"{timeout:g}"),
-    )
-
-
-def _runs(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= MAX_RUNS:
-        raise argparse.ArgumentTypeError(f"runs per arm is 1 to {MAX_RUNS}, not {text!r}")
-    return int(text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 1e9:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
-    return value
-
-
-def _handler(command: Callable[[argparse.Namespace, Console], Any]) -> Handler:
-    """Run an async command; a usage error exits 64, a trainer error 1, each with one plain line."""
-
-    def handle(args: argparse.Namespace) -> int:
-        err = Console(stderr=True, highlight=False)
-        try:
-            code: int = asyncio.run(command(args, err))
-        except UsageError as error:
-            _say(err, f"eval-runner trainer: {error}")
-            return USAGE
-        except TrainerError as error:
-            if args.json:
-                _emit({"error": error.code, "message": error.message})
-            _say(err, f"eval-runner trainer: {error}")
-            return 1
-        except KeyboardInterrupt:
-            _say(err, "stopped waiting; the run goes on (`eval-runner trainer cancel ID` stops it)")
-            return 130
-        return code
-
-    return handle
-
-
-# -- settings ---------------------------------------------------------------------------------------
-
-
-def _secret(args: argparse.Namespace, err: Console) -> SecretKey:
-    """The trainer's key from `--key-file`, or a new one in `--new-key` (never over an existing file)."""
-    if args.new_key is not None:
-        try:
-            key, made = ensure_key(args.new_key)
-        except KeyFileError as error:
-            raise TrainerError("input", _trainer_words(error)) from None
-        if not made:
-            raise UsageError(f"{args.new_key} already holds a key; pass it with --key-file")
-        _say(err, f"made a new trainer key in {args.new_key}; its public key is {key.public_key().to_hex()}")
-        return key
-    if args.key_file is None:
-        raise UsageError("say whose request this is: --key-file FILE (or --new-key FILE to make one)")
-    try:
-        return load_key(args.key_file)
-    except KeyFileError as error:
-        raise TrainerError("input", _trainer_words(error)) from None
-
-
-def _trainer_words(error: KeyFileError) -> str:
-    """`service.keyfile` names the runner's key; this file is the trainer's (the rules are the same)."""
-    return error.message.replace("the runner key", "the trainer key", 1)
+    common(cancel, CONTROL_SECONDS)
+    cancel.set_defaults(handler=handler(_cancel))
+    register_results(actions)
 
 
 # -- run --------------------------------------------------------------------------------------------
@@ -268,15 +158,50 @@ def build_input(args: argparse.Namespace) -> tuple[RunInput, list[str]]:
         draft = read_draft(args.draft)
     else:
         evals = args.suite if args.suite is not None else None if tool is None else tool.evals
-        if evals is None:
+        own = tool is not None and args.suite is None and tool.test_set is not None
+        if evals is None and not own:
             raise UsageError(
-                "say what to run: --draft FILE, --suite DIR, --suite-release ID, or --extension DIR with an evals/"
+                "say what to run: --draft FILE, --suite DIR, --suite-release ID, or --extension DIR with a test set"
             )
         if tool is None:
             raise UsageError("--suite needs --subject or --extension: a draft names the tool it tests")
-        drafted = suite_draft(evals, tool.draft_tool())
+        if own and tool.test_set is not None:
+            drafted = extension_draft(tool.test_set, tool.draft_tool(), skill_name=tool.skill_name)
+        else:
+            assert evals is not None
+            drafted = suite_draft(evals, tool.draft_tool())
         draft, warnings = drafted.draft, list(drafted.warnings)
     return run_input(draft, subject=None if tool is None else tool.definition, runs=args.runs), warnings
+
+
+def _published_tool(args: argparse.Namespace) -> CatalogTool | None:
+    """The tool a run of a published test set names; a check or a validation may leave it to the result."""
+    if args.draft is not None or args.suite is not None:
+        raise UsageError("a check or a validation runs a published test set: --suite-release, not --draft or --suite")
+    if args.validates is not None and args.suite_release is None:
+        raise UsageError("--validates needs --suite-release ID: the second, published test set")
+    tool = subject_tool(args)
+    if tool is None and args.check is None and args.validates is None:
+        raise UsageError("--suite-release needs --subject or --extension: the tool the test set runs against")
+    return tool
+
+
+async def published_input(trainer: Trainer, args: argparse.Namespace, tool: CatalogTool | None) -> RunInput:
+    """A run of a published test set; a check's or a validation's result is read from the relay (through the
+    reader checks) for what the command line leaves out: its test set (a check) and its tool."""
+    cited = args.check or args.validates
+    result = None if cited is None else await trainer.published_result(cited)
+    if args.suite_release is not None:
+        release = await trainer.suite_release(args.suite_release)
+    else:
+        assert result is not None  # _published_tool: without --suite-release this is a check
+        release = result.suite_release
+    if tool is not None:
+        definition = tool.definition
+    else:
+        assert result is not None
+        definition = result.report.subject.definition
+    return published_run_input(release, definition, runs=args.runs, check=args.check, validates=args.validates)
 
 
 async def _run(args: argparse.Namespace, err: Console) -> int:
@@ -288,27 +213,23 @@ async def _run(args: argparse.Namespace, err: Console) -> int:
     value: RunInput | None = None
     tool: CatalogTool | None = None
     if args.retransmit is not None:
-        named = (args.subject, args.extension, args.draft, args.suite, args.suite_release)
+        named = (args.subject, args.extension, args.draft, args.suite, args.suite_release, args.check, args.validates)
         if any(value is not None for value in named):
             raise UsageError("--retransmit sends the kept body unchanged; name no subject or tests")
         request = kept(args.retransmit, directory)
         if request.runner != runner:
             raise UsageError(f"request {request.id} went to runner {request.runner}; pass --runner {request.runner}")
-    elif args.suite_release is not None:
-        tool = subject_tool(args)
-        if tool is None:
-            raise UsageError("--suite-release needs --subject or --extension: the tool the test set runs against")
+    elif args.suite_release is not None or args.check is not None or args.validates is not None:
+        tool = _published_tool(args)
     else:
         value, warnings = build_input(args)
     for warning in warnings:
-        _say(err, f"warning: {warning}")
-    secret = _secret(args, err)
-    async with Trainer(relay, secret, runner) as trainer:
+        say(err, f"warning: {warning}")
+    key = trainer_key(args, err)
+    async with Trainer(relay, key, runner) as trainer:
         if request is None:
             if value is None:  # a published test set: its pointer names the release's signer, read from the relay
-                assert tool is not None
-                release = await trainer.suite_release(args.suite_release)
-                value = published_run_input(release, tool.definition, runs=args.runs)
+                value = await published_input(trainer, args, tool)
             request = trainer.request(value)
         keep(request, directory)
         try:
@@ -323,15 +244,17 @@ async def _run(args: argparse.Namespace, err: Console) -> int:
         except TrainerError as error:
             # The request may have gone out: say how to ask again, with the same body.
             if args.json:
-                _emit({"error": error.code, "message": error.message, "request": request.id})
-            _say(err, f"eval-runner trainer: {error}; `eval-runner trainer run --retransmit {request.id}` asks again")
+                emit({"error": error.code, "message": error.message, "request": request.id})
+            say(err, f"eval-runner trainer: {error}; `eval-runner trainer run --retransmit {request.id}` asks again")
             return 1
+        if answer.output is not None:
+            request.report = answer.output.report  # what `trainer publish` names
         keep(request, directory)
         shown, report_error = await report_view(trainer, answer)
     output = answer.output
     code = 0 if output is not None and report_error is None else 1
     if args.json:
-        _emit(run_json(relay, answer, shown, report_error, warnings, args.timeout))
+        emit(run_json(relay, answer, shown, report_error, warnings, args.timeout))
     else:
         show_run(Console(highlight=False), answer, shown, report_error, args.timeout)
     return code
@@ -378,7 +301,7 @@ class RunView:
         if self._quiet:
             return
         if self._bar is None or self._task is None:
-            _say(self._console, line)
+            say(self._console, line)
         elif progress is None:
             self._bar.update(self._task, description=status)
         else:
@@ -453,6 +376,7 @@ def show_run(
         lines += [f"Note: {note}" for note in output.notes]
         if view is not None:
             lines += [words.arm_line(arm) for arm in words.arms(view)]
+            lines += words.figures_lines(view)
         if report_error is not None:
             lines.append(f"The sealed report could not be read: {report_error}")
         lines.append(f"report  {output.report.digest} (sealed in {output.sealed.id})")
@@ -461,7 +385,7 @@ def show_run(
     if answer.progress_stopped:
         lines.append("Progress notes arrived out of order; the bar stopped where they did.")
     for line in lines:
-        _say(console, line)
+        say(console, line)
 
 
 def run_json(
@@ -522,15 +446,15 @@ async def _status(args: argparse.Namespace, err: Console) -> int:
     environ = os.environ
     where = destination(args.relay, args.runner, environ)
     request = kept(args.id, requests_dir(args, environ))
-    async with Trainer(where.relay, _secret(args, err), where.runner) as trainer:
+    async with Trainer(where.relay, trainer_key(args, err), where.runner) as trainer:
         found = await trainer.status(request.target, request.body, timeout=args.timeout)
     if args.json:
-        _emit({"request": request.id, "event": request.target, "answer": found.to_json()})
+        emit({"request": request.id, "event": request.target, "answer": found.to_json()})
     elif isinstance(found, StatusResult):
         outcome = "" if found.outcome is None else f", outcome {found.outcome}"
-        _say(Console(highlight=False), f"request {request.id}: {found.state}{outcome}")
+        say(Console(highlight=False), f"request {request.id}: {found.state}{outcome}")
     else:
-        _say(Console(highlight=False), f"Refused ({found.code}): {found.message}")
+        say(Console(highlight=False), f"Refused ({found.code}): {found.message}")
     return 0 if isinstance(found, StatusResult) else 1
 
 
@@ -539,7 +463,7 @@ async def _cancel(args: argparse.Namespace, err: Console) -> int:
     where = destination(args.relay, args.runner, environ)
     request = kept(args.id, requests_dir(args, environ))
     result: ResultBody | None = None
-    async with Trainer(where.relay, _secret(args, err), where.runner) as trainer:
+    async with Trainer(where.relay, trainer_key(args, err), where.runner) as trainer:
         answer = await trainer.listen(request)
         found = await trainer.cancel(request.target, request.body, reason=args.reason, timeout=args.timeout)
         if isinstance(found, CancelResult) and found.outcome is None:
@@ -547,7 +471,7 @@ async def _cancel(args: argparse.Namespace, err: Console) -> int:
             result = answer.result
     acknowledged = isinstance(found, CancelResult)
     if args.json:
-        _emit(
+        emit(
             {
                 "request": request.id,
                 "event": request.target,
@@ -559,20 +483,8 @@ async def _cancel(args: argparse.Namespace, err: Console) -> int:
         assert isinstance(found, CancelResult)
         ended = found.outcome or (None if result is None else result.outcome)
         tail = f"; the run ended {ended}" if ended else "; the run has not said it stopped yet"
-        _say(Console(highlight=False), f"request {request.id}: the runner took the cancel{tail}")
+        say(Console(highlight=False), f"request {request.id}: the runner took the cancel{tail}")
     else:
         assert isinstance(found, ResultBody)
-        _say(Console(highlight=False), f"Refused ({found.code}): {found.message}")
+        say(Console(highlight=False), f"Refused ({found.code}): {found.message}")
     return 0 if acknowledged else 1
-
-
-# -- output -----------------------------------------------------------------------------------------
-
-
-def _say(console: Console, line: str) -> None:
-    console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-def _emit(value: Mapping[str, JsonValue]) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")
-    sys.stdout.flush()

@@ -33,14 +33,16 @@ from eval_runner.engine.grade.graders import (
 from eval_runner.engine.grade.patterns import PatternRunner
 from eval_runner.engine.grade.votes import NO_DOORS, Doors
 from eval_runner.engine.report.build import BuiltReport, build_report
-from eval_runner.engine.report.inputs import Attempt, ReportInputs, RunEnd, RunSetup, StandIn
+from eval_runner.engine.report.figures import run_figures
+from eval_runner.engine.report.inputs import Attempt, Defaults, ReportInputs, RunEnd, RunSetup, StandIn
 from eval_runner.engine.report.results_dir import suite_files, write_results
 from eval_runner.engine.run.door_proxy import DoorProxy
 from eval_runner.engine.run.sandbox import Confinement, Limits, Unconfined
 from eval_runner.engine.run.trajectory import Trajectory, TrajectoryError, parse_trajectory
-from eval_runner.engine.run.turn import DoorSetup, RunRecord, RunSpec, run_once
+from eval_runner.engine.run.turn import AgentAdapter, DoorSetup, RunRecord, RunSpec, run_once
+from eval_runner.engine.testset.adopted import AdoptedDefaults
 from eval_runner.engine.testset.cases import Case, Operation, Suite
-from eval_runner.engine.testset.catalog import Subject
+from eval_runner.engine.testset.catalog import Program, Skill, Subject
 from eval_runner.engine.verdict.scores import Arm
 
 #: The operator grants of a hosted runner: read and sandbox write, never exec or network.
@@ -107,6 +109,11 @@ class SuitePlan:
     #: Directories no run may see besides the temp root and `results_base` (the service's state).
     hidden: tuple[Path, ...] = ()
     stand_ins: frozenset[StandIn] = frozenset()
+    #: Coder's defaults both arms admit (a marginal run), or None: the baseline admits nothing.
+    defaults: AdoptedDefaults | None = None
+    #: How to start an agent that is not the coder (`engine/agents`): the skills then go to it as files,
+    #: and the programs, which only the coder runs, stay out. None: the coder child contract.
+    adapter: AgentAdapter | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 8:
@@ -182,13 +189,30 @@ def planned_total(suite: Suite, runs: int) -> int:
     return len(suite.cases) * runs * 2
 
 
-def guidance(subject: Subject, case: Case, arm: Arm) -> str | None:
-    """The text appended to the agent's instructions (runner.md §13.4 step 4): the subject's skills in the
-    subject arm, then the case's instructions in both arms; None when there is nothing to append."""
+def admitted(
+    subject: Subject, arm: Arm, defaults: AdoptedDefaults | None = None
+) -> tuple[tuple[Program, ...], tuple[Skill, ...]]:
+    """The programs and skills `arm` admits: the subject's in the subject arm, nothing in the baseline,
+    and with defaults the defaults' in both arms (runner.md §12)."""
+    if defaults is not None:
+        return defaults.admitted(subject if arm is Arm.SUBJECT else None)
+    if arm is Arm.SUBJECT:
+        return subject.programs, subject.skills
+    return (), ()
+
+
+def guidance(
+    subject: Subject, case: Case, arm: Arm, defaults: AdoptedDefaults | None = None, *, skills_in: bool = True
+) -> str | None:
+    """The text appended to the agent's instructions (runner.md §13.4 step 4): the skills the arm admits
+    (the subject's in the subject arm, the defaults' in both), then the case's instructions in both arms;
+    None when there is nothing to append. `skills_in` False leaves the skills out: an agent that is not
+    the coder gets them as files instead."""
     parts: list[str] = []
-    if arm is Arm.SUBJECT and subject.skills:
+    _, skills = admitted(subject, arm, defaults)
+    if skills and skills_in:
         lines = ["## Extension skills"]
-        for skill in subject.skills:
+        for skill in skills:
             digest = "sha256:" + hashlib.sha256(skill.data).hexdigest()
             text = skill.data.decode("utf-8", "replace").rstrip()
             lines += [f"### {skill.name} ({digest})", "", text, ""]
@@ -322,6 +346,7 @@ async def evaluate(
         partial=STOPPED_BY_OPERATOR if cancelled else None,
         extra_limitations=() if limitation is None else (limitation,),
         stand_ins=plan.stand_ins,
+        defaults=None if plan.defaults is None else Defaults(plan.defaults.release, plan.defaults.lock_json()),
     )
     built = await asyncio.to_thread(build_report, inputs)
     results = await asyncio.to_thread(
@@ -340,8 +365,9 @@ async def _tell(on_progress: ProgressCallback | None, event: ProgressEvent) -> N
 
 def _spec(plan: SuitePlan, planned: PlannedAttempt) -> RunSpec:
     case = planned.case
-    subject_arm = planned.arm is Arm.SUBJECT
     grants = frozenset({Operation.READ}) | (frozenset(case.run.allowed_operations) & plan.grants)
+    programs, skills = admitted(plan.subject, planned.arm, plan.defaults)
+    coder = plan.adapter is None
     return RunSpec(
         agent=plan.agent,
         prompt=case.prompt,
@@ -349,14 +375,16 @@ def _spec(plan: SuitePlan, planned: PlannedAttempt) -> RunSpec:
         temp_root=plan.temp_root,
         fixtures=tuple((fixture.name, fixture.data) for fixture in case.fixtures),
         grants=grants,
-        guidance=guidance(plan.subject, case, planned.arm),
-        programs=tuple((program.slug, program.data) for program in plan.subject.programs) if subject_arm else (),
+        guidance=guidance(plan.subject, case, planned.arm, plan.defaults, skills_in=coder),
+        programs=tuple((program.slug, program.data) for program in programs) if coder else (),
         questions=plan.questions,
         env=case.run.env,
         deadline_seconds=float(case.run.deadline_seconds),
         secrets=plan.secrets,
         limits=plan.limits,
         hidden=(plan.results_base, *plan.hidden),
+        adapter=plan.adapter,
+        skills=() if coder else tuple(skills),
     )
 
 
@@ -398,6 +426,7 @@ async def _graded(
         stderr=record.stderr,
         trajectory=None if trajectory is None else trajectory.document_bytes(),
         created=tuple((created.path, created.data) for created in record.created),
+        figures=run_figures(trajectory, record.door_usage),
     )
 
 

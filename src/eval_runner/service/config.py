@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
+from eval_runner.engine.agents import AgentChoice, AgentChoiceError, parse_choice
 from eval_runner.errors import EvalRunnerError
 from eval_runner.service.settings import (
     BLOB_AUTH,
@@ -36,6 +37,7 @@ from eval_runner.service.settings import (
     JevDoorKind,
     JevDoorPin,
     Limits,
+    MetricsListen,
     Relay,
     Secret,
 )
@@ -53,6 +55,7 @@ DEFAULT_MODEL: Final = "google/gemini-3.8-flash"
 CONCURRENCY_RANGE: Final = range(1, 9)
 DEFAULT_PROBE_MS: Final = 30_000
 DEFAULT_RENEW_MS: Final = 2_700_000
+DEFAULT_LEASE_MS: Final = 30_000
 
 #: Jev's doors (runner.md §2.2): the door URL each is named by in the `decision` line.
 GATEWAY_DOOR: Final = "https://ai-gateway.vercel.sh"
@@ -120,6 +123,14 @@ class Config:
     hostname: str | None
     #: The model door is a stand-in (the demo sets this; no variable can: a deployed door is real).
     stand_in_door: bool = False
+    #: Where `/metrics` and `/healthz` are served (`EVAL_RUNNER_METRICS_LISTEN`); None: nowhere.
+    metrics_listen: MetricsListen | None = None
+    #: Which agent `coder` is (`EVAL_RUNNER_AGENT=kind[:path]`, `engine/agents`); None: the coder contract.
+    agent: AgentChoice | None = None
+    #: The PostgreSQL ledger a fleet shares (`EVAL_RUNNER_DATABASE`, may hold a password); None: the SQLite file.
+    database: Secret | None = None
+    #: A fleet runner's lease (`EVAL_RUNNER_LEASE_MS`): silent this long, its claims are another's to answer.
+    lease_ms: int = DEFAULT_LEASE_MS
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -151,6 +162,8 @@ class Config:
         keys = [self.door.key.expose()]
         if self.decision is not None:
             keys.extend(pin.key.expose() for pin in self.decision.doors)
+        if self.database is not None and (password := urlsplit(self.database.expose()).password):
+            keys.append(password)
         return tuple(dict.fromkeys(keys))
 
 
@@ -385,6 +398,17 @@ def key_file_location(environ: Mapping[str, str]) -> tuple[Path, bool]:
     return _state(env) / STATE_KEY_FILE, True
 
 
+def _agent(env: _Environment) -> AgentChoice | None:
+    text = env.var("EVAL_RUNNER_AGENT")
+    if text is None:
+        return None
+    try:
+        return parse_choice(text)
+    except AgentChoiceError as error:
+        env.problem(f"EVAL_RUNNER_AGENT: {error.message}")
+        return None
+
+
 def _read(environ: Mapping[str, str]) -> Config:
     env = _Environment(environ)
     relay = _relay(env)
@@ -394,6 +418,10 @@ def _read(environ: Mapping[str, str]) -> Config:
     if not catalog:
         env.problem("EVAL_RUNNER_CATALOG names no extension directory")
     coder = env.var("EVAL_RUNNER_CODER")
+    agent = _agent(env)
+    if agent is not None and (program := agent.program()) is not None:
+        # Its own path, else the installed one (scripts/agents) or the built-in agent's script.
+        coder = str(program)
     if coder is None:
         env.problem("EVAL_RUNNER_CODER is not set")
     questions = env.var("EVAL_RUNNER_QUESTIONS")
@@ -440,6 +468,11 @@ def _read(environ: Mapping[str, str]) -> Config:
     probe_ms = _millis(env, "EVAL_RUNNER_PROBE_MS", DEFAULT_PROBE_MS)
     renew_ms = _millis(env, "EVAL_RUNNER_RENEW_MS", DEFAULT_RENEW_MS)
     gates = env.var("GYM_GATES_DIR")
+    metrics_listen = _metrics_listen(env)
+    database = env.var("EVAL_RUNNER_DATABASE")
+    if database is not None and not database.startswith(("postgresql://", "postgres://")):
+        env.problem("EVAL_RUNNER_DATABASE must be a postgresql:// URL")  # never the value: it may hold a password
+    lease_ms = _millis(env, "EVAL_RUNNER_LEASE_MS", DEFAULT_LEASE_MS)
 
     if env.problems:
         raise ConfigError(*env.problems)
@@ -466,4 +499,19 @@ def _read(environ: Mapping[str, str]) -> Config:
         gates_dir=Path(gates) if gates is not None else None,
         notify_socket=env.var("NOTIFY_SOCKET"),
         hostname=env.var("HOSTNAME"),
+        metrics_listen=metrics_listen,
+        agent=agent,
+        database=Secret(database) if database is not None else None,
+        lease_ms=lease_ms,
     )
+
+
+def _metrics_listen(env: _Environment) -> MetricsListen | None:
+    text = env.var("EVAL_RUNNER_METRICS_LISTEN")
+    if text is None:
+        return None
+    parsed = _host_port(text)
+    if parsed is None:
+        env.problem(f"EVAL_RUNNER_METRICS_LISTEN must be HOST:PORT, not {quoted(text)}")
+        return None
+    return MetricsListen(*parsed)

@@ -21,6 +21,7 @@ from typing import Final, TextIO
 
 import nostr_sdk as sdk
 
+from eval_runner.contracts.coder_defaults import DEFAULT_ROOT
 from eval_runner.contracts.strict_json import digest_bytes
 from eval_runner.engine.run.confinement import probe
 from eval_runner.engine.run.leftovers import sweep
@@ -31,13 +32,17 @@ from eval_runner.nostr import Event, SecretKey
 from eval_runner.service.blobs import AuthScheme, BlobServer, BlobStore
 from eval_runner.service.blobs.bucket import BlobStorage, BucketStore
 from eval_runner.service.config import Config, ConfigError
+from eval_runner.service.fleet import lease_kept
 from eval_runner.service.keyfile import KeyFileError, ensure_key, load_key
 from eval_runner.service.ledger.claims import LedgerError
-from eval_runner.service.ledger.store import Ledger, ledger_path
-from eval_runner.service.relay.connection import RelayClient
+from eval_runner.service.ledger.postgres import PostgresLedger, open_ledger
+from eval_runner.service.ledger.store import Ledger
+from eval_runner.service.metrics import MetricsError, RunnerMetrics, serving
+from eval_runner.service.relay.connection import CHALLENGE_WAIT, RelayClient
 from eval_runner.service.relay.liveness import Liveness, RelayListener, catch_up_since, seconds_text
 from eval_runner.service.relay.notify import Notifier
 from eval_runner.service.relay.publisher import Publisher
+from eval_runner.service.releases.defaults import DefaultsReader
 from eval_runner.service.releases.publish import ReleaseError
 from eval_runner.service.releases.tools import ToolReleases
 from eval_runner.service.requests.pipeline import Pipeline
@@ -273,7 +278,9 @@ async def _serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event) -> N
         raise ServeError(str(error)) from None
     open_state(config.state)
     try:
-        ledger = await asyncio.to_thread(Ledger.open, ledger_path(config.state), runner, int(time.time()))
+        database = None if config.database is None else config.database.expose()
+        now = int(time.time())
+        ledger = await asyncio.to_thread(open_ledger, database, config.state, runner, now, lease_ms=config.lease_ms)
     except LedgerError as error:
         raise ServeError(error.message) from None
     with ledger:
@@ -294,13 +301,32 @@ async def _serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event) -> N
             )
             for line in lines:
                 logger.info(line)
-            relay = RelayClient(url, secret)
+            metrics = RunnerMetrics(config.limits, probe=config.probe_ms / 1000)
+            if config.metrics_listen is not None:
+                await stack.enter_async_context(serving(metrics, config.metrics_listen))
+            blobs = metrics.blobs(blobs)
+            # The embedded relay (nostr-sdk's LocalRelay) challenges only at a REQ, never first: waiting for a first
+            # challenge on each one-shot query (releases, published results) would only add its 0.25 s.
+            first_challenge = 0.0 if isinstance(config.relay, EmbeddedRelay) else CHALLENGE_WAIT
+            relay = RelayClient(url, secret, challenge_wait=first_challenge)
             tool_releases = ToolReleases(secret=secret, blobs=blobs, relay=relay)
             await release_tools(tool_releases, catalog)
+            defaults = DefaultsReader(
+                relay=relay,
+                root=config.defaults_root or DEFAULT_ROOT,
+                documents=config.defaults_documents,
+                catalog=catalog,
+                releases=tool_releases.known,
+            )
+            await defaults.read()  # the `defaults …` line at start
             liveness = Liveness(probe=config.probe_ms / 1000, renew=config.renew_ms / 1000)
             publisher = await stack.enter_async_context(Publisher(url, secret, probe=liveness.probe))
             suite_runner = EngineSuiteRunner(
-                config, confinement=confinement, questions=questions, extra_secrets=(secret.to_hex(),)
+                config,
+                confinement=confinement,
+                questions=questions,
+                extra_secrets=(secret.to_hex(),),
+                metrics=metrics,
             )
             pipeline = Pipeline.from_config(
                 config,
@@ -312,10 +338,15 @@ async def _serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event) -> N
                 blobs=blobs,
                 relay=relay,
                 tool_release=tool_releases.release,
+                defaults=defaults.for_run,
+                metrics=metrics,
             )
-            notifier = Notifier(config.notify_socket)
+            if isinstance(ledger, PostgresLedger):  # a fleet's runner (service/fleet.py)
+                logger.info("ledger  shared in PostgreSQL, lease %d ms", config.lease_ms)
+                await stack.enter_async_context(lease_kept(ledger, pipeline.answers, pipeline.stops, stop, hurry))
+            notifier = metrics.notifier(config.notify_socket)
             stack.callback(notifier.close)
-            await _listen(url, secret, ledger, pipeline, notifier, liveness, stop, hurry)
+            await _listen(url, secret, ledger, pipeline, notifier, liveness, stop, hurry, metrics)
 
 
 async def release_tools(releases: ToolReleases, catalog: Catalog) -> None:
@@ -339,6 +370,7 @@ async def _listen(
     liveness: Liveness,
     stop: asyncio.Event,
     hurry: asyncio.Event,
+    metrics: RunnerMetrics | None = None,
 ) -> None:
     """Listen until `stop`; then let what was delivered and admitted finish (unless `hurry`), and close."""
     handling: set[asyncio.Future[None]] = set()
@@ -355,7 +387,16 @@ async def _listen(
         # One aggregate over this key's claims, read under the ledger's lock (held only for a commit's length).
         return catch_up_since(int(time.time()), ledger.newest_request_created_at())
 
-    listener = RelayListener(url, secret, deliver=deliver, since=since, notifier=notifier, liveness=liveness)
+    listener = RelayListener(
+        url,
+        secret,
+        deliver=deliver,
+        since=since,
+        notifier=notifier,
+        liveness=liveness,
+        on_end=None if metrics is None else metrics.relay_ended,
+        on_probe=None if metrics is None else metrics.probe_answered,
+    )
     listening = asyncio.get_running_loop().create_task(listener.run_forever())
     stopped = asyncio.get_running_loop().create_task(stop.wait())
     try:
@@ -413,7 +454,7 @@ def serve_main(*, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) ->
         stderr.write("".join(f"eval-runner: {problem}\n" for problem in error.problems))
         stderr.flush()
         return 1
-    except ServeError as error:
+    except (ServeError, MetricsError) as error:
         stderr.write(f"eval-runner: {error}\n")
         stderr.flush()
         return 1

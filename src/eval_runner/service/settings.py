@@ -207,3 +207,16 @@ class Bucket:
 
     url: str
     gcloud_config: Path
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsListen:
+    """Where `/metrics` and `/healthz` are served (`EVAL_RUNNER_METRICS_LISTEN`, HOST:PORT); unset is off."""
+
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"

@@ -46,7 +46,12 @@ def now_ms() -> int:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Record:
-    """One answered request. Field order is the line's key order; `None` fields are left out."""
+    """One answered request. Field order is the line's key order; `None` fields are left out.
+
+    `result` is the `3189` a publish published, or the one a check or a validation cites; `report` (ours,
+    beside runner.md §19.1) the digest of the report a publish published when it is not the sealed one: a
+    draft test set is released first and the report rewritten to name it, which changes its digest.
+    """
 
     time: str
     key: str
@@ -63,6 +68,7 @@ class Record:
     subject_passed: int | None = None
     baseline_passed: int | None = None
     result: str | None = None
+    report: str | None = None
     total_ms: int
     bytes_in: int
 

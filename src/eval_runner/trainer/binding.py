@@ -14,7 +14,7 @@ from typing import Final
 from eval_runner.contracts.answers import AcceptedBody, Answer, ProgressBody, ResultBody, read_answer
 from eval_runner.contracts.errors import ContractError
 from eval_runner.contracts.execution import Binding
-from eval_runner.contracts.outputs import RunOutput
+from eval_runner.contracts.outputs import PublishOutput, RunOutput
 from eval_runner.contracts.strict_json import canonical, read
 from eval_runner.nostr import Event, NostrError, decrypt, tag_values
 from eval_runner.trainer.requests import Request
@@ -48,6 +48,12 @@ class RunAnswer:
     def output(self) -> RunOutput | None:
         found = None if self.result is None else self.result.output
         return found if isinstance(found, RunOutput) else None
+
+    @property
+    def published(self) -> PublishOutput | None:
+        """A completed publish's pointers: the suite release and the `3189` result."""
+        found = None if self.result is None else self.result.output
+        return found if isinstance(found, PublishOutput) else None
 
     def take(self, event_id: str, answer: Answer, plaintext: str) -> None:
         """One bound answer to one of this request's events."""

@@ -48,8 +48,9 @@ from eval_runner.contracts.answers import (
 from eval_runner.contracts.envelope import Envelope, check_content, route
 from eval_runner.contracts.errors import ContractError
 from eval_runner.contracts.execution import EXECUTION_SCHEMA, MAX_PLAINTEXT_BYTES, Binding, ControlBody, ExecuteBody
-from eval_runner.contracts.hosted import SEALED_KIND, HostedInput, request_tags
+from eval_runner.contracts.hosted import SEALED_KIND, HostedInput, PublishInput, request_tags
 from eval_runner.contracts.package import RELEASE_KIND, read_release
+from eval_runner.contracts.publication import PUBLICATION_KIND, Publication, read_publication
 from eval_runner.contracts.refs import ArtifactRef, EventRef
 from eval_runner.contracts.report import Report
 from eval_runner.contracts.strict_json import JsonValue, canonical
@@ -101,6 +102,8 @@ from eval_runner.trainer.requests import (
 REQUEST_KIND: Final = 25_920
 #: The reference trainer waits up to an hour for a run's result (§12 step 5).
 WAIT_SECONDS: Final = 3_600.0
+#: A publish releases a draft suite and signs one event: minutes at most, never a run's hour.
+PUBLISH_SECONDS: Final = 300.0
 WORKER_ABSENT: Final = "worker_absent"
 WORKER_SILENT: Final = "worker_silent"
 VERDICT_WORDS: Final = {"pass": "Better", "fail": "Worse", "inconclusive": "No clear change"}
@@ -361,6 +364,35 @@ class Trainer:
         except ContractError as error:
             raise TrainerError("input", f"the release {ident} doesn't check: {error.detail}") from None
         return EventRef(id=release.id, pubkey=release.pubkey, kind=RELEASE_KIND)
+
+    # -- publishing and published results --------------------------------------------------------
+
+    async def publish(
+        self, report: ArtifactRef, *, on_answer: OnAnswer | None = None, timeout: float = PUBLISH_SECONDS
+    ) -> RunAnswer:
+        """Ask the runner to publish the report a completed run of ours returned (wire.md §5.4.2): it
+        releases a draft suite first, then signs a `3189` crediting us; `answer.published` holds both
+        pointers. A second publish of the same report gets the same pointers and publishes nothing."""
+        return await self.run(PublishInput(report), on_answer=on_answer, timeout=timeout)
+
+    async def published_result(self, event_id: str) -> Publication:
+        """A published result (`3189`) read from the relay through every reader check (wire.md §16.3)."""
+        try:
+            ident = shape.hex64(event_id, "RESULT_ID", "the 64-hex id of a published result (3189)")
+        except ContractError as error:
+            raise TrainerError("input", error.detail) from None
+        client = RelayClient(self.url, self._secret, bound=self._bound, challenge_wait=self._challenge_wait)
+        try:
+            found = await client.query(Filter.build(ids=[ident], kinds=[PUBLICATION_KIND]))
+        except RelayError as error:
+            raise TrainerError("relay", f"looking up the result {ident}: {error}") from None
+        event = next((item for item in found if item.id == ident), None)
+        if event is None:
+            raise TrainerError("input", f"the result {ident} isn't on the relay")
+        try:
+            return read_publication(event)
+        except ContractError as error:
+            raise TrainerError("input", f"the result {ident} doesn't check: {error.detail}") from None
 
     # -- the sealed report ------------------------------------------------------------------------
 

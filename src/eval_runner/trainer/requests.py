@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -35,7 +36,10 @@ from eval_runner.contracts.refs import ArtifactRef, DefinitionRef, EventRef
 from eval_runner.contracts.strict_json import JsonValue, read
 from eval_runner.engine.testset.cases import Case, load_suite
 from eval_runner.engine.testset.catalog import CatalogError, resolve_extension
+from eval_runner.engine.testset.foreign import FormatError
+from eval_runner.engine.testset.formats import EVALS_DIR, found_formats, load_test_set
 from eval_runner.engine.testset.frontmatter import TestSetError
+from eval_runner.engine.testset.skills import is_skill_dir
 from eval_runner.errors import CodedError
 from eval_runner.nostr import Event, NostrError, PublicKey
 
@@ -63,6 +67,10 @@ class CatalogTool:
     name: str
     summary: str = ""
     evals: Path | None = None
+    #: The extension directory when its test set is in a format `engine/testset/formats.py` reads (our
+    #: case directories under `evals/`, `evals/evals.json`, a Vally `eval.yaml`), and its skill's name.
+    test_set: Path | None = None
+    skill_name: str | None = None
 
     def draft_tool(self) -> DraftTool:
         return DraftTool(name=self.name, summary=self.summary, catalog=self.definition, skill=None, uses=())
@@ -92,12 +100,16 @@ def extension_tool(root: Path) -> CatalogTool:
         tool = resolve_extension(root)
     except CatalogError as error:
         raise TrainerError("input", error.message) from None
-    evals = root / (tool.package.eval_dir or "evals")
+    evals = root / (tool.package.eval_dir or EVALS_DIR)
+    # A package naming its own eval directory keeps it; otherwise the test set may be in any format.
+    formats = found_formats(root) if tool.package.eval_dir in (None, EVALS_DIR) else []
     return CatalogTool(
         tool.definition,
         tool.name[:MAX_TOOL_NAME],
         tool.package.summary[:MAX_TOOL_SUMMARY],
         evals if evals.is_dir() else None,
+        test_set=root if formats else None,
+        skill_name=tool.name if is_skill_dir(root) else None,
     )
 
 
@@ -145,17 +157,33 @@ def suite_draft(evals: Path, tool: DraftTool) -> SuiteDraft:
     """`--suite`: a local evals directory, loaded with every rule of the case format, as a draft for `tool`."""
     try:
         suite = load_suite(evals)
-        cases = [draft_case(case) for case in suite.cases]
     except TestSetError as error:
         raise TrainerError("input", f"{evals}: {error}") from None
+    return _draft(suite.cases, tool, evals, ())
+
+
+def extension_draft(root: Path, tool: DraftTool, *, skill_name: str | None = None) -> SuiteDraft:
+    """`--extension DIR` alone: the directory's test set in whichever format it is (`engine/testset/formats.py`,
+    as `eval run` reads it), as a draft for `tool`; what the reading had to say comes back as warnings."""
+    try:
+        loaded = load_test_set(root, skill_name=skill_name)
+    except TestSetError as error:
+        where = root if isinstance(error, FormatError) else root / EVALS_DIR
+        raise TrainerError("input", f"{where}: {error}") from None
+    return _draft(loaded.suite.cases, tool, root, loaded.notices)
+
+
+def _draft(cases: Sequence[Case], tool: DraftTool, where: Path, notices: Sequence[str]) -> SuiteDraft:
+    try:
+        drafted = [draft_case(case) for case in cases]
     except UnicodeDecodeError:
-        raise TrainerError("input", f"{evals}: a case file is not UTF-8 text") from None
-    value = {"v": DRAFT_SCHEMA, "tool": tool.to_json(), "cases": [case for case, _ in cases]}
+        raise TrainerError("input", f"{where}: a case file is not UTF-8 text") from None
+    value = {"v": DRAFT_SCHEMA, "tool": tool.to_json(), "cases": [case for case, _ in drafted]}
     try:
         draft = Draft.parse(value, "draft")
     except ContractError as error:
-        raise TrainerError("input", f"{evals}: {error.detail}") from None
-    return SuiteDraft(draft, tuple(warning for _, found in cases for warning in found))
+        raise TrainerError("input", f"{where}: {error.detail}") from None
+    return SuiteDraft(draft, (*notices, *(warning for _, found in drafted for warning in found)))
 
 
 def run_input(draft: Draft, *, subject: DefinitionRef | None = None, runs: int = 1) -> RunInput:
@@ -167,9 +195,18 @@ def run_input(draft: Draft, *, subject: DefinitionRef | None = None, runs: int =
         raise TrainerError("input", error.detail) from None
 
 
-def published_run_input(release: EventRef, subject: DefinitionRef, *, runs: int = 1) -> RunInput:
-    """A run of the published test set `release` (its `3184` pointer) against the catalog tool `subject`."""
-    value = RunInput(suite=release, subject=subject, draft=None, runs=runs)
+def published_run_input(
+    release: EventRef,
+    subject: DefinitionRef,
+    *,
+    runs: int = 1,
+    check: str | None = None,
+    validates: str | None = None,
+) -> RunInput:
+    """A run of the published test set `release` (its `3184` pointer) against the catalog tool `subject`;
+    with `check`, a rerun of that published result (its own test set); with `validates`, a second test set
+    on the tool that result tested (wire.md §5.4.1)."""
+    value = RunInput(suite=release, subject=subject, draft=None, runs=runs, check=check, validates=validates)
     try:
         return RunInput.parse(value.to_json())
     except ContractError as error:
@@ -216,6 +253,8 @@ class Request:
     body: ExecuteBody
     events: list[Event] = field(default_factory=list)
     accepted_event: str | None = None
+    #: The report a completed run returned (what `trainer publish` names), once known.
+    report: ArtifactRef | None = None
 
     @property
     def id(self) -> str:
@@ -242,6 +281,7 @@ class Request:
             "body": self.body.to_json(),
             "events": [event.to_json() for event in self.events],
             "accepted_event": self.accepted_event,
+            **({} if self.report is None else {"report": self.report.to_json()}),
         }
 
     @classmethod
@@ -254,6 +294,7 @@ class Request:
             events = [Event.from_json(item) for item in value["events"]]
             runner = PublicKey.parse(value["runner"]).to_hex()
             accepted = value.get("accepted_event")
+            report = None if value.get("report") is None else ArtifactRef.parse(value["report"], "report")
         except (ContractError, NostrError, KeyError, TypeError) as error:
             raise TrainerError("input", f"a saved request that does not read: {error}") from None
-        return cls(runner, parsed, events, accepted if isinstance(accepted, str) else None)
+        return cls(runner, parsed, events, accepted if isinstance(accepted, str) else None, report)

@@ -10,6 +10,7 @@ import pytest
 from eval_runner.contracts.refs import EventRef
 from eval_runner.contracts.report import MeasuredArm, Report, Verdict
 from eval_runner.contracts.report_documents import ArmLock, Limitations, RunsDocument
+from eval_runner.contracts.report_figures import META_KEY as FIGURES_KEY
 from eval_runner.contracts.report_statistics import META_KEY as STATISTICS_KEY
 from eval_runner.contracts.report_statistics import StatisticRow, Statistics
 from eval_runner.contracts.strict_json import canonical, digest_bytes, read
@@ -230,7 +231,7 @@ def test_the_statistics_stand_beside_the_verdict_in_meta_never_as_measurements(e
     comparison = statistics_of(built.report)
     assert list(comparison) == list(STATISTICS)
     assert not set(STATISTICS) & {m.metric for m in built.report.measurements}
-    assert list(built.report.meta_extra) == [STATISTICS_KEY]
+    assert list(built.report.meta_extra) == [FIGURES_KEY, STATISTICS_KEY]
     assert read(built.report_bytes)["meta"][STATISTICS_KEY]["runs"] == built.report.runs.to_json()
     expected = evidence(strata_of(built.scores))
     assert built.evidence == expected

@@ -94,7 +94,7 @@ def test_an_extension_resolves_to_its_definition_aliases_skills_and_lock(tmp_pat
     assert tool.subject.skills[0].data == b"A\n"
     assert tool.subject.programs[0].slug == "map-brief"
     assert tool.subject.programs[0].data == (root / "programs/map-brief.json").read_bytes()
-    assert tool.subject.operations() == {"map-brief", "repo_map", "answer", "map"}
+    assert tool.subject.operations() == {"map-brief", "repo_map", "answer", "map", "skill:alpha", "skill:zeta"}
     assert tool.subject.program_grant() == "map-brief"
     assert tool.lock == {
         "v": 1,

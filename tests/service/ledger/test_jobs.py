@@ -13,13 +13,13 @@ from eval_runner.contracts.outputs import PublishOutput
 from eval_runner.contracts.refs import ArtifactRef, EventRef
 from eval_runner.contracts.strict_json import digest_bytes
 from eval_runner.service.ledger.store import Job, LedgerError, key_of
+from tests.support.ledger_backends import LedgerBackend
 from tests.support.ledger_requests import (
     STRANGER,
     TRAINER,
     WORKER,
     dispatch,
     execute,
-    open_ledger,
     reserve,
     stored_job,
 )
@@ -28,8 +28,8 @@ REQUEST_EVENT = '{"id": "0f", "kind": 25920,   "content": "kept exactly"}'
 REPORT = ArtifactRef.of_bytes(b'{"report": 1}', "application/json", "openagents.eval-report.v1")
 
 
-def test_a_completed_run_job_admits_its_trainers_publish(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_a_completed_run_job_admits_its_trainers_publish(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         claim = dispatch(ledger, execute())
         job = ledger.save_job(Job(claim.key, "run", TRAINER, REQUEST_EVENT, "running", check="c" * 64))
         assert ledger.find_completed_run(TRAINER, REPORT.digest) is None
@@ -46,14 +46,14 @@ def test_a_completed_run_job_admits_its_trainers_publish(tmp_path: Path) -> None
         pointers = PublishOutput(EventRef("2" * 64, WORKER, 3184), EventRef("3" * 64, WORKER, 3189))
         published_job = Job(**{**_fields(done), "published": pointers})
         ledger.save_job(published_job)
-    with open_ledger(tmp_path) as ledger:
+    with ledger_backend.open(tmp_path) as ledger:
         assert ledger.job(claim.key) == published_job
         assert stored_job(ledger, claim.key).request == REQUEST_EVENT
         assert ledger.jobs() == (published_job,)
 
 
-def test_a_job_keeps_its_identity_and_its_ending(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_a_job_keeps_its_identity_and_its_ending(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         reserved = reserve(ledger, execute("reserved"))
         with pytest.raises(LedgerError):
             ledger.save_job(Job(reserved.key, "run", TRAINER, REQUEST_EVENT, "running"))

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.execution import fingerprint
 from eval_runner.service.ledger.store import CAPACITY, Claim, Ledger, LedgerError, Refusal, Retransmission
+from tests.support.ledger_backends import LedgerBackend
 from tests.support.ledger_requests import (
     DEADLINE,
     MAILBOX,
@@ -29,7 +30,6 @@ from tests.support.ledger_requests import (
     event,
     execute,
     failed,
-    open_ledger,
     published,
 )
 
@@ -37,10 +37,11 @@ PICK = st.integers(min_value=0, max_value=10_000)
 
 
 class LedgerMachine(RuleBasedStateMachine):
-    def __init__(self) -> None:
+    def __init__(self, backend: LedgerBackend) -> None:
         super().__init__()
+        self.backend = backend
         self.directory = Path(tempfile.mkdtemp(prefix="ledger-machine-"))
-        self.ledger: Ledger = open_ledger(self.directory)
+        self.ledger: Ledger = backend.open(self.directory)
         self.settled: dict[str, tuple[str, str]] = {}
         self.dispatched: set[str] = set()
         self.events = 0
@@ -170,7 +171,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule()
     def restart(self) -> None:
         self.ledger.close()
-        self.ledger = open_ledger(self.directory, now=NOW + 1)
+        self.ledger = self.backend.open(self.directory, now=NOW + 1)
         claims = self.ledger.claims()
         assert not any(claim.runnable for claim in claims)
         assert all(claim.dispatch_intent or claim.outcome is not None for claim in claims)
@@ -192,5 +193,13 @@ class LedgerMachine(RuleBasedStateMachine):
         assert self.dispatched <= set(claims)
 
 
-LedgerMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=40, deadline=None)
-test_ledger_operations_keep_the_invariants = LedgerMachine.TestCase
+def test_ledger_operations_keep_the_invariants(ledger_backend: LedgerBackend) -> None:
+    class OnThisBackend(LedgerMachine):
+        def __init__(self) -> None:
+            super().__init__(ledger_backend)
+
+    run_state_machine_as_test(
+        OnThisBackend,
+        # PostgreSQL makes a schema per example and reconnects per restart: fewer examples, same rules.
+        settings=settings(max_examples=15 if ledger_backend.shared else 30, stateful_step_count=40, deadline=None),
+    )

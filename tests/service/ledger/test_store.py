@@ -18,6 +18,7 @@ from eval_runner.contracts.answers import ResultBody
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.execution import fingerprint, root_record
 from eval_runner.contracts.strict_json import canonical, digest_bytes, read
+from eval_runner.service.ledger.file import SCHEMA_VERSION
 from eval_runner.service.ledger.store import (
     CAPACITY,
     Claim,
@@ -31,6 +32,7 @@ from eval_runner.service.ledger.store import (
     key_of,
     ledger_path,
 )
+from tests.support.ledger_backends import LedgerBackend
 from tests.support.ledger_requests import (
     DEADLINE,
     MAILBOX,
@@ -69,9 +71,9 @@ def refused(found: object, code: Code) -> Refusal:
 # -- reservation ----------------------------------------------------------------------------------
 
 
-def test_a_new_claim_is_reserved_with_its_root_and_holds_a_slot(tmp_path: Path) -> None:
+def test_a_new_claim_is_reserved_with_its_root_and_holds_a_slot(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
     body = execute()
-    with open_ledger(tmp_path) as ledger:
+    with ledger_backend.open(tmp_path) as ledger:
         claim = reserve(ledger, body, event(1))
         root = root_record(body, WORKER, NOW)
         assert claim.key == key_of(WORKER, TRAINER, "req-1", 1) == f"{WORKER}|{TRAINER}|req-1|1"
@@ -96,8 +98,8 @@ def test_a_new_claim_is_reserved_with_its_root_and_holds_a_slot(tmp_path: Path) 
         assert ledger.lookup(claim.key) == claim
 
 
-def test_acknowledge_then_intend_are_durable_phase_changes(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_acknowledge_then_intend_are_durable_phase_changes(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         claim = reserve(ledger, execute())
         with pytest.raises(LedgerError):
             ledger.intend(claim.key)
@@ -111,23 +113,23 @@ def test_acknowledge_then_intend_are_durable_phase_changes(tmp_path: Path) -> No
         assert (intended.phase, intended.dispatch_intent, intended.dispatched) == ("intended", True, None)
         assert intended.runnable
         assert intended.answers_dispatched
-    with sqlite3.connect(ledger_path(tmp_path)) as raw:
-        assert raw.execute("SELECT phase FROM claims").fetchall() == [("intended",)]
+    assert ledger_backend.execute(tmp_path, "SELECT phase FROM claims") == [("intended",)]
 
 
-def test_a_root_whose_bytes_changed_is_not_acknowledged(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_a_root_whose_bytes_changed_is_not_acknowledged(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         claim = reserve(ledger, execute())
-        with sqlite3.connect(ledger_path(tmp_path)) as raw:
-            raw.execute("UPDATE claims SET root = ?", (claim.root + b" ",))
+        ledger_backend.execute(tmp_path, "UPDATE claims SET root = ?", (claim.root + b" ",))
         with pytest.raises(LedgerError) as caught:
             ledger.acknowledge(claim.key)
         assert caught.value.code == Code.IDENTITY_MISMATCH
         assert not claim_at(ledger, claim.key).acknowledged
 
 
-def test_the_same_key_with_another_body_is_an_idempotency_conflict(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_the_same_key_with_another_body_is_an_idempotency_conflict(
+    tmp_path: Path, ledger_backend: LedgerBackend
+) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         claim = reserve(ledger, execute())
         found = ledger.prepare(execute(note="changed"), event(2), TRAINER, NOW, MAILBOX, created_at=NOW)
         assert refused(found, Code.IDEMPOTENCY_CONFLICT).message == "this request ID was used for a different request"
@@ -135,9 +137,11 @@ def test_the_same_key_with_another_body_is_an_idempotency_conflict(tmp_path: Pat
         assert ledger.active_slots() == 1
 
 
-def test_a_retransmission_adds_an_alias_and_later_gets_the_stored_result(tmp_path: Path) -> None:
+def test_a_retransmission_adds_an_alias_and_later_gets_the_stored_result(
+    tmp_path: Path, ledger_backend: LedgerBackend
+) -> None:
     body = execute()
-    with open_ledger(tmp_path) as ledger:
+    with ledger_backend.open(tmp_path) as ledger:
         claim = dispatch(ledger, body, event(1))
         again = ledger.prepare(body, event(2), TRAINER, NOW + 10, MAILBOX, created_at=NOW + 9)
         assert isinstance(again, Retransmission)
@@ -155,31 +159,31 @@ def test_a_retransmission_adds_an_alias_and_later_gets_the_stored_result(tmp_pat
         assert ledger.newest_request_created_at() == NOW - 5
 
 
-def test_retain_until_beyond_the_horizon_is_limit_exceeded(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_retain_until_beyond_the_horizon_is_limit_exceeded(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         found = ledger.prepare(execute(retain_until=HORIZON + 1), event(1), TRAINER, NOW, MAILBOX, created_at=NOW)
         refused(found, Code.LIMIT_EXCEEDED)
         assert ledger.claims() == ()
         reserve(ledger, execute(retain_until=HORIZON))
 
 
-def test_a_passed_deadline_is_stale(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_a_passed_deadline_is_stale(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         refused(ledger.prepare(execute(), event(1), TRAINER, DEADLINE, MAILBOX, created_at=NOW), Code.STALE)
         assert ledger.prepare(execute(), event(1), TRAINER, DEADLINE - 1, MAILBOX, created_at=NOW) == ledger.lookup(
             ledger.key(TRAINER, "req-1", 1)
         )
 
 
-def test_a_revoked_target_is_refused(tmp_path: Path) -> None:
+def test_a_revoked_target_is_refused(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
     body = execute()
-    with open_ledger(tmp_path) as ledger:
+    with ledger_backend.open(tmp_path) as ledger:
         ledger.revoke_target(body.target.artifact.digest)
         refused(ledger.prepare(body, event(1), TRAINER, NOW, MAILBOX, created_at=NOW), Code.REVOKED)
 
 
-def test_sixteen_slots_then_busy_then_free_after_finish(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_sixteen_slots_then_busy_then_free_after_finish(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         claims = [dispatch(ledger, execute(f"req-{n}"), event(n)) for n in range(CAPACITY)]
         assert ledger.active_slots() == CAPACITY
         extra = execute("req-extra")
@@ -196,8 +200,8 @@ def test_sixteen_slots_then_busy_then_free_after_finish(tmp_path: Path) -> None:
         assert ledger.active_slots() == CAPACITY
 
 
-def test_a_second_attempt_needs_a_settled_first_attempt_here(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_a_second_attempt_needs_a_settled_first_attempt_here(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         second = execute(attempt=2)
         found = ledger.prepare(second, event(2), TRAINER, NOW, MAILBOX, created_at=NOW)
         assert "not on this runner" in refused(found, Code.CANNOT_ENFORCE).message
@@ -210,18 +214,22 @@ def test_a_second_attempt_needs_a_settled_first_attempt_here(tmp_path: Path) -> 
         assert (claim.attempt, claim.phase) == (2, "reserved")
 
 
-def test_a_second_attempt_after_an_unknown_first_attempt_cannot_be_enforced(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_a_second_attempt_after_an_unknown_first_attempt_cannot_be_enforced(
+    tmp_path: Path, ledger_backend: LedgerBackend
+) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         dispatch(ledger, execute(attempt=1), event(1))
-    with open_ledger(tmp_path) as ledger:
+    with ledger_backend.open(tmp_path) as ledger:
         [first] = ledger.claims()
         assert first.outcome == "unknown"
         found = ledger.prepare(execute(attempt=2), event(2), TRAINER, NOW, MAILBOX, created_at=NOW)
         assert "reconcile" in refused(found, Code.CANNOT_ENFORCE).message
 
 
-def test_a_second_attempt_after_conflicting_results_cannot_be_enforced(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_a_second_attempt_after_conflicting_results_cannot_be_enforced(
+    tmp_path: Path, ledger_backend: LedgerBackend
+) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         first = dispatch(ledger, execute(attempt=1), event(1))
         ledger.finish(first.key, "failed", failed(first))
         with pytest.raises(ResultConflictError):
@@ -231,8 +239,10 @@ def test_a_second_attempt_after_conflicting_results_cannot_be_enforced(tmp_path:
         )
 
 
-def test_a_second_attempt_after_a_tombstoned_first_is_content_unavailable(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_a_second_attempt_after_a_tombstoned_first_is_content_unavailable(
+    tmp_path: Path, ledger_backend: LedgerBackend
+) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         first = dispatch(ledger, execute(attempt=1), event(1))
         ledger.finish(first.key, "failed", failed(first))
         assert ledger.sweep(RETAIN) == 1
@@ -246,8 +256,8 @@ def test_a_second_attempt_after_a_tombstoned_first_is_content_unavailable(tmp_pa
         assert caught.value.code == Code.CONTENT_UNAVAILABLE
 
 
-def test_rollback_removes_only_an_unacknowledged_reservation(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_rollback_removes_only_an_unacknowledged_reservation(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         reserved = reserve(ledger, execute("a"))
         accepted = reserve(ledger, execute("b"))
         ledger.acknowledge(accepted.key)
@@ -262,8 +272,8 @@ def test_rollback_removes_only_an_unacknowledged_reservation(tmp_path: Path) -> 
 # -- progress, cancel, finish -------------------------------------------------------------------
 
 
-def test_progress_seq_is_strictly_one_more_each_time(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_progress_seq_is_strictly_one_more_each_time(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         claim = reserve(ledger, execute())
         with pytest.raises(LedgerError):
             ledger.record_progress(claim.key, 0, "queued")
@@ -283,8 +293,8 @@ def test_progress_seq_is_strictly_one_more_each_time(tmp_path: Path) -> None:
             ledger.record_progress(claim.key, 2, "running")
 
 
-def test_finish_stores_one_result_and_an_equal_repeat_returns_it(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_finish_stores_one_result_and_an_equal_repeat_returns_it(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         claim = dispatch(ledger, execute())
         payload = published(claim)
         stored = ledger.finish(claim.key, "completed", payload, now=NOW + 60)
@@ -318,8 +328,8 @@ def test_finish_stores_one_result_and_an_equal_repeat_returns_it(tmp_path: Path)
         assert after.conflicts[0] == settled.result_digest
 
 
-def test_finish_refuses_what_is_not_this_claims_result(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_finish_refuses_what_is_not_this_claims_result(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         claim = dispatch(ledger, execute("a"))
         other = dispatch(ledger, execute("b"))
         refusal = json.dumps(ResultBody.refused(claim.binding, Code.BUSY, "no").to_json())
@@ -340,8 +350,8 @@ def test_finish_refuses_what_is_not_this_claims_result(tmp_path: Path) -> None:
         assert ledger.active_slots() == 2
 
 
-def test_a_cancel_settles_a_claim_only_before_dispatch(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_a_cancel_settles_a_claim_only_before_dispatch(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         live = dispatch(ledger, execute("live"))
         answer = ledger.request_cancel(live.key, "the person tapped Stop")
         assert (answer.confirmed, answer.outcome, answer.dispatched) == (False, None, True)
@@ -367,8 +377,8 @@ def test_a_cancel_settles_a_claim_only_before_dispatch(tmp_path: Path) -> None:
         assert ledger.active_slots() == 1
 
 
-def test_a_cancel_after_the_result_changes_nothing_but_the_flag(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_a_cancel_after_the_result_changes_nothing_but_the_flag(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         claim = dispatch(ledger, execute())
         stored = ledger.finish(claim.key, "failed", failed(claim))
         answer = ledger.request_cancel(claim.key, "too late")
@@ -379,8 +389,10 @@ def test_a_cancel_after_the_result_changes_nothing_but_the_flag(tmp_path: Path) 
 # -- controls -------------------------------------------------------------------------------------
 
 
-def test_a_control_finds_its_claim_by_request_attempt_run_event_and_signer(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_a_control_finds_its_claim_by_request_attempt_run_event_and_signer(
+    tmp_path: Path, ledger_backend: LedgerBackend
+) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         claim = dispatch(ledger, execute(), event(1))
         ledger.add_alias(claim.key, event(2))
         assert ledger.find_for_control("req-1", 1, "run-req-1", event(1), TRAINER) == ledger.lookup(claim.key)
@@ -392,8 +404,8 @@ def test_a_control_finds_its_claim_by_request_attempt_run_event_and_signer(tmp_p
         assert ledger.find_for_control("req-1", 1, "run-req-1", event(1), STRANGER) is not None
 
 
-def test_status_and_replay_answer_from_the_claim(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_status_and_replay_answer_from_the_claim(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         claim = dispatch(ledger, execute())
         status = ledger.status(claim.key)
         assert (status.state, status.record, status.outcome, status.dispatched) == (
@@ -416,8 +428,8 @@ def test_status_and_replay_answer_from_the_claim(tmp_path: Path) -> None:
 # -- opening, recovery, other runner keys ---------------------------------------------------------
 
 
-def test_open_recovers_each_kind_of_claim_as_section_6_says(tmp_path: Path) -> None:
-    with open_ledger(tmp_path) as ledger:
+def test_open_recovers_each_kind_of_claim_as_section_6_says(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
+    with ledger_backend.open(tmp_path) as ledger:
         reserved = reserve(ledger, execute("reserved"))
         accepted = reserve(ledger, execute("accepted"))
         ledger.acknowledge(accepted.key)
@@ -427,7 +439,7 @@ def test_open_recovers_each_kind_of_claim_as_section_6_says(tmp_path: Path) -> N
         done = dispatch(ledger, execute("done"))
         stored = ledger.finish(done.key, "failed", failed(done))
         ledger.save_job(Job(running.key, "run", TRAINER, '{"id": "x"}', "running"))
-    with open_ledger(tmp_path, now=NOW + 500) as ledger:
+    with ledger_backend.open(tmp_path, now=NOW + 500) as ledger:
         assert ledger.lookup(reserved.key) is None
         assert ledger.lookup(accepted.key) is None
         for claim in (intended, running):
@@ -446,13 +458,14 @@ def test_open_recovers_each_kind_of_claim_as_section_6_says(tmp_path: Path) -> N
         assert claim_at(ledger, done.key).result == stored
         assert ledger.active_slots() == 0
         assert stored_job(ledger, running.key).status == "unknown"
-    assert stat.S_IMODE(os.stat(ledger_path(tmp_path)).st_mode) == 0o600
+    if not ledger_backend.shared:
+        assert stat.S_IMODE(os.stat(ledger_path(tmp_path)).st_mode) == 0o600
 
 
-def test_another_runner_keys_claims_are_never_mixed_with_ours(tmp_path: Path) -> None:
+def test_another_runner_keys_claims_are_never_mixed_with_ours(tmp_path: Path, ledger_backend: LedgerBackend) -> None:
     body = execute()
-    ours = open_ledger(tmp_path, WORKER)
-    theirs = open_ledger(tmp_path, OTHER_WORKER)
+    ours = ledger_backend.open(tmp_path, WORKER)
+    theirs = ledger_backend.open(tmp_path, OTHER_WORKER)
     try:
         for n in range(CAPACITY):
             dispatch(theirs, execute(f"theirs-{n}"))
@@ -471,10 +484,9 @@ def test_another_runner_keys_claims_are_never_mixed_with_ours(tmp_path: Path) ->
     finally:
         theirs.close()
         ours.close()
-    with open_ledger(tmp_path, WORKER) as reopened:
+    with ledger_backend.open(tmp_path, WORKER) as reopened:
         assert claim_at(reopened, mine.key).outcome == "unknown"
-    with sqlite3.connect(ledger_path(tmp_path)) as raw:
-        phases = raw.execute("SELECT DISTINCT phase FROM claims WHERE worker = ?", (OTHER_WORKER,)).fetchall()
+    phases = ledger_backend.execute(tmp_path, "SELECT DISTINCT phase FROM claims WHERE worker = ?", (OTHER_WORKER,))
     assert phases == [("intended",)]
 
 
@@ -513,5 +525,5 @@ def test_the_schema_is_made_once_and_reopening_keeps_everything(tmp_path: Path) 
         with open_ledger(tmp_path) as ledger:
             assert claim_at(ledger, claim.key).result == stored
     with sqlite3.connect(ledger_path(tmp_path)) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone() == (1,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)

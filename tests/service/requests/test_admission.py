@@ -13,7 +13,7 @@ import pytest
 
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.execution import ExecuteBody, fingerprint
-from eval_runner.contracts.hosted import REPORT_SCHEMA, build_execute_body, request_tags
+from eval_runner.contracts.hosted import REPORT_SCHEMA, PublishInput, build_execute_body, request_tags
 from eval_runner.contracts.refs import EventRef
 from eval_runner.contracts.strict_json import JsonValue, digest_bytes
 from eval_runner.engine.testset.catalog import Catalog, Tool
@@ -23,7 +23,6 @@ from eval_runner.service.requests.admission import (
     CLOSED,
     LOW_DISK,
     NO_PUBLISHED_SUITES,
-    NO_PUBLISHING,
     NOT_A_CATALOG_TOOL,
     VALIDATION_NEEDS_RELEASE,
     Admission,
@@ -69,8 +68,13 @@ def opened(value: JsonValue, *, runner: str = RUNNER, body: ExecuteBody | None =
     return OpenedExecute(event, TRAINER.public_key().to_hex(), found, fingerprint(found))
 
 
+def as_run(found: RunPlan | PublishInput) -> RunPlan:
+    assert isinstance(found, RunPlan), "a run input is planned as a run"
+    return found
+
+
 async def plan(state: Path, temp_root: Path, value: JsonValue, **hooks: Any) -> RunPlan:
-    return await admission(state, temp_root, **hooks).admit(opened(value))
+    return as_run(await admission(state, temp_root, **hooks).admit(opened(value)))
 
 
 async def refusal(state: Path, temp_root: Path, value: JsonValue | OpenedExecute) -> tuple[Code, str]:
@@ -106,7 +110,7 @@ async def test_a_catalog_tool_against_a_draft_suite_is_planned(state: Path, temp
 
 async def test_the_request_that_asked_is_the_plans_requester(state: Path, temp_root: Path) -> None:
     request = opened(run_input(DEFINITION, draft(catalog_tool(DEFINITION))))
-    found = await admission(state, temp_root).admit(request)
+    found = as_run(await admission(state, temp_root).admit(request))
     assert found.authorship.requester == EventRef(id=request.event.id, pubkey=request.principal, kind=25920)
     found.close()
 
@@ -241,14 +245,20 @@ async def test_below_the_free_space_floor_new_runs_are_refused_and_the_log_says_
     assert len([line for line in caplog.messages if line.startswith("low disk: ")]) == 1
     assert list(temp_root.iterdir()) == []
     # Above the floor (here: none) the same request is admitted.
-    admitted = await admission(state, temp_root, disk_floor=0).admit(opened(good))
+    admitted = as_run(await admission(state, temp_root, disk_floor=0).admit(opened(good)))
     admitted.close()
 
 
-async def test_publishing_is_not_taken_yet(state: Path, temp_root: Path) -> None:
+async def test_a_publish_is_admitted_as_its_input_and_stages_nothing(state: Path, temp_root: Path) -> None:
+    """Whether the trainer has a finished run with that report is the ledger's (the pipeline asks it)."""
     report = {"digest": digest_bytes(b"r"), "size": 1, "media_type": "application/json", "schema": REPORT_SCHEMA}
     value = {"v": "openagents.ext-eval-hosted.v1", "action": "publish", "report": report}
-    assert await refusal(state, temp_root, value) == (Code.NOT_ADMITTED, NO_PUBLISHING)
+    found = await admission(state, temp_root).admit(opened(value))
+    assert isinstance(found, PublishInput)
+    assert found.report.digest == digest_bytes(b"r")
+    assert list(temp_root.iterdir()) == []
+    (state / "closed").touch()
+    assert await refusal(state, temp_root, value) == (Code.NOT_ADMITTED, CLOSED)
 
 
 async def test_a_published_test_set_is_not_taken_yet(state: Path, temp_root: Path) -> None:

@@ -6,6 +6,7 @@ its author by the suite id. Every refusal has its code and the reference's words
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
 import time
@@ -18,9 +19,9 @@ import pytest_asyncio
 
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.execution import fingerprint
-from eval_runner.contracts.hosted import build_execute_body, request_tags
+from eval_runner.contracts.hosted import PublishInput, build_execute_body, request_tags
 from eval_runner.contracts.publication import publication
-from eval_runner.contracts.refs import EventRef
+from eval_runner.contracts.refs import DefinitionRef, EventRef
 from eval_runner.contracts.report import report_ref
 from eval_runner.contracts.strict_json import JsonValue
 from eval_runner.engine.suite_run import gate_file
@@ -32,7 +33,15 @@ from eval_runner.service.relay.connection import RelayClient
 from eval_runner.service.releases import SuiteRelease, release_suite, suite_release
 from eval_runner.service.requests.admission import Admission, RefusalError, RunPlan
 from eval_runner.service.requests.opening import OpenedExecute
-from eval_runner.service.requests.published import ANOTHER_TOOL, DOES_NOT_CHECK, NOT_ON_RELAY, OTHER_RULES, SAME_SUITE
+from eval_runner.service.requests.published import (
+    ANOTHER_TOOL,
+    CHECK_OTHER_SUITE,
+    CHECK_OTHER_TOOL,
+    DOES_NOT_CHECK,
+    NOT_ON_RELAY,
+    OTHER_RULES,
+    SAME_SUITE,
+)
 from tests.support.paths import EXAMPLE
 from tests.support.published_suites import PACKAGE, blob_path, example_release, spelled
 from tests.support.sample_reports import Spec, report
@@ -44,6 +53,11 @@ AUTHOR = SecretKey(hashlib.sha256(b"admission-published: a suite author").digest
 TRAINER = SecretKey(hashlib.sha256(b"admission-published: a trainer").digest())
 CATALOG = Catalog.load([EXAMPLE])
 DEFINITION = CATALOG.tools[0].definition.to_json()
+
+
+def as_run(found: RunPlan | PublishInput) -> RunPlan:
+    assert isinstance(found, RunPlan), "a run input is planned as a run"
+    return found
 
 
 @dataclass
@@ -110,7 +124,7 @@ async def refusal(world: World, value: JsonValue, admission: Admission | None = 
 
 async def test_a_published_test_set_is_planned_under_its_release(world: World) -> None:
     pointer = await world.publish(example_release(AUTHOR.public_key().to_hex()))
-    plan: RunPlan = await world.admission().admit(opened(published_run(pointer)))
+    plan = as_run(await world.admission().admit(opened(published_run(pointer))))
     author = AUTHOR.public_key().to_hex()
     assert plan.authorship.suite_id == f"{author}:{PACKAGE}/suite"
     assert plan.authorship.suite_release == pointer
@@ -127,9 +141,9 @@ async def test_a_published_test_set_is_planned_under_its_release(world: World) -
 async def test_the_second_run_of_a_release_is_served_from_the_cache(world: World) -> None:
     release = example_release(AUTHOR.public_key().to_hex())
     pointer = await world.publish(release)
-    (await world.admission().admit(opened(published_run(pointer)))).close()
+    as_run(await world.admission().admit(opened(published_run(pointer)))).close()
     shutil.rmtree(world.tmp / "blobs")  # the store has nothing now
-    plan = await world.admission().admit(opened(published_run(pointer)))
+    plan = as_run(await world.admission().admit(opened(published_run(pointer))))
     assert plan.authorship.suite_release == pointer
     assert (world.state / "suites" / release.manifest_ref.digest.removeprefix("sha256:") / "cases.json").is_file()
     plan.close()
@@ -191,37 +205,40 @@ async def test_a_published_set_of_more_than_eight_tests_is_too_large(world: Worl
 # -- checks and validations name a published result ----------------------------------------------------
 
 
-def result_event(suite_release: EventRef, *, content: str | None = None) -> Event:
-    """A published result (3189) whose report ran `suite_release`, signed by its evaluator."""
+def result_event(suite_release: EventRef, *, content: str | None = None, subject: DefinitionRef | None = None) -> Event:
+    """A published result (3189) whose report ran `suite_release`, signed by its evaluator; its subject is the
+    sample report's tool (repo-map-brief), or `subject` (the example's catalog tool, say)."""
     evaluator = SecretKey(hashlib.sha256(b"admission-published: an evaluator").digest())
-    data = report_ref(report(Spec(evaluator=evaluator.public_key().to_hex(), suite_release=suite_release)))[0]
-    parts = publication(data)
+    built = report(Spec(evaluator=evaluator.public_key().to_hex(), suite_release=suite_release))
+    if subject is not None:
+        built = dataclasses.replace(built, subject=dataclasses.replace(built.subject, definition=subject))
+    parts = publication(report_ref(built)[0])
     return sign(evaluator, parts.kind, parts.tags, parts.content if content is None else content, int(time.time()))
 
 
 async def test_a_check_of_a_result_that_ran_this_release_is_planned_as_a_check(world: World) -> None:
     pointer = await world.publish(example_release(AUTHOR.public_key().to_hex()))
-    result = result_event(pointer)
+    result = result_event(pointer, subject=CATALOG.tools[0].definition)
     await world.relay.publish(result)
-    plan = await world.admission().admit(opened(published_run(pointer, check=result.id)))
+    plan = as_run(await world.admission().admit(opened(published_run(pointer, check=result.id))))
     assert (plan.action, plan.check, plan.authorship.suite_release) == ("check", result.id, pointer)
     plan.close()
 
 
 async def test_a_check_is_refused_unless_its_result_is_on_the_relay_reads_and_ran_this_release(world: World) -> None:
     pointer = await world.publish(example_release(AUTHOR.public_key().to_hex()))
-    other_suite = result_event(EventRef(id="cd" * 32, pubkey=pointer.pubkey, kind=3184))
+    tool = CATALOG.tools[0].definition
+    other_suite = result_event(EventRef(id="cd" * 32, pubkey=pointer.pubkey, kind=3184), subject=tool)
+    other_tool = result_event(pointer)  # a repo-map-brief result on this very test set
     garbled = result_event(pointer, content="{}")
-    for event in (other_suite, garbled):
+    for event in (other_suite, other_tool, garbled):
         await world.relay.publish(event)
     assert await refusal(world, published_run(pointer, check="ef" * 32)) == (
         Code.NOT_ADMITTED,
         "the result to check isn't on the relay",
     )
-    assert await refusal(world, published_run(pointer, check=other_suite.id)) == (
-        Code.NOT_ADMITTED,
-        "the result to check ran another test set",
-    )
+    assert await refusal(world, published_run(pointer, check=other_suite.id)) == (Code.NOT_ADMITTED, CHECK_OTHER_SUITE)
+    assert await refusal(world, published_run(pointer, check=other_tool.id)) == (Code.NOT_ADMITTED, CHECK_OTHER_TOOL)
     code, message = await refusal(world, published_run(pointer, check=garbled.id))
     assert code is Code.NOT_ADMITTED
     assert message.startswith("the result to check doesn't check: ")
@@ -233,9 +250,20 @@ async def test_a_validation_runs_a_second_test_set_on_the_tool_the_result_tested
     other_tool = result_event(EventRef(id="cd" * 32, pubkey=pointer.pubkey, kind=3184))  # a repo-map-brief result
     for event in (same_suite, other_tool):
         await world.relay.publish(event)
-    assert await refusal(world, published_run(pointer, validates=same_suite.id)) == (Code.NOT_ADMITTED, SAME_SUITE)
+    code, message = await refusal(world, published_run(pointer, validates=same_suite.id))
+    assert code is Code.NOT_ADMITTED
+    assert message.startswith(SAME_SUITE)
+    assert "that would be a check" in message
+    assert "second test set" in message
+    assert pointer.id in message, "the refusal names the test set that was sent"
     assert await refusal(world, published_run(pointer, validates=other_tool.id)) == (Code.NOT_ADMITTED, ANOTHER_TOOL)
     assert await refusal(world, published_run(pointer, validates="ef" * 32)) == (
         Code.NOT_ADMITTED,
         "the result to validate isn't on the relay",
     )
+    # The same tool's result on another test set: this one is its second test set.
+    first = result_event(EventRef(id="cd" * 32, pubkey=pointer.pubkey, kind=3184), subject=CATALOG.tools[0].definition)
+    await world.relay.publish(first)
+    plan = as_run(await world.admission().admit(opened(published_run(pointer, validates=first.id))))
+    assert (plan.action, plan.validates, plan.authorship.suite_release) == ("validation", first.id, pointer)
+    plan.close()

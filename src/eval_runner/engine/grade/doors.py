@@ -1,7 +1,8 @@
 """The doors graders call over HTTP: the chat door as a judge, and Jev as the decision door.
 
 `OpenResponsesJudge` asks the chat door's Open Responses API as the reference's live judge door does;
-`JevDecisionDoor` asks TypeSafe's System One API and its fallbacks in runner.md §2.2's order, with its
+a door that speaks only Anthropic Messages or Chat Completions gets `AnthropicMessagesJudge` or
+`ChatCompletionsJudge` (`judge_door`; decisions.md, "The judge speaks the door's API"). `JevDecisionDoor` asks TypeSafe's System One API and its fallbacks in runner.md §2.2's order, with its
 failover rule and bench. The request and answer shapes are not in runner.md: they were read from the
 reference's public `jev` crate. Those shapes, and what is chosen here because nothing pins it (model,
 bounds, retries), are in decisions.md ("The doors graders ask"). Error text is cut to 200 characters and
@@ -14,8 +15,9 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import aiohttp
 
@@ -165,6 +167,20 @@ def answer_text(body: JsonValue) -> str | None:
     return text or None
 
 
+class DoorApi(StrEnum):
+    """The API a chat door speaks, which the judge must speak too: OpenAI Responses (the reference's
+    judge), Anthropic Messages (a door only Claude Code's API), or Chat Completions (a door that has only that)."""
+
+    RESPONSES = "responses"
+    ANTHROPIC = "anthropic"
+    CHAT = "chat"
+
+
+#: The Anthropic API version the judge asks for, and the answer it allows (one word is asked for).
+ANTHROPIC_VERSION = "2023-06-01"
+JUDGE_MAX_TOKENS = 256
+
+
 @dataclass
 class OpenResponsesJudge:
     """The chat door as a judge. `url` is the door's base (`CODER_DOOR_URL`); `key` never leaves the
@@ -190,29 +206,136 @@ class OpenResponsesJudge:
             "tool_choice": "none",
         }
         target = f"{self.url.rstrip('/')}/v1/responses"
-        try:
-            status, data = await _post(self.session, target, self.key, body, self.seconds)
-        except DoorError as error:
-            raise DoorError(_scrub(f"judge door: {error}", [self.key])) from None
-        if not 200 <= status <= 299:
-            _, message = _refusal_parts(data)
-            detail = f": {_cut(message)}" if message.strip() else ""
-            raise DoorError(_scrub(f"judge door answered {status}{detail}", [self.key]))
-        try:
-            text = answer_text(json.loads(data))
-        except ValueError:
-            raise DoorError("judge door answer: not JSON") from None
-        if text is None:
-            raise DoorError("judge door answered no text")
-        return text
+        return await _judge_call(self.session, target, _bearer(self.key), body, self.seconds, self.key, answer_text)
+
+
+@dataclass
+class AnthropicMessagesJudge:
+    """The chat door as a judge over Anthropic Messages (`POST /v1/messages`, not streamed), for a door that
+    speaks only Anthropic's API. The key goes as `x-api-key`, never into a repr or an error."""
+
+    url: str
+    key: str = field(repr=False)
+    model: str
+    seconds: float = JUDGE_SECONDS
+    session: aiohttp.ClientSession | None = field(default=None, repr=False)
+
+    def describe(self) -> str:
+        return f"anthropic-messages {self.url.rstrip('/')} {self.model}"
+
+    async def judge(self, system: str, user: str) -> str:
+        body: dict[str, JsonValue] = {
+            "model": self.model,
+            "max_tokens": JUDGE_MAX_TOKENS,
+            "system": system,
+            "messages": [{"role": "user", "content": user}],
+            "stream": False,
+        }
+        headers = {"x-api-key": self.key, "anthropic-version": ANTHROPIC_VERSION, "Accept": "application/json"}
+        target = f"{self.url.rstrip('/')}/v1/messages"
+        return await _judge_call(self.session, target, headers, body, self.seconds, self.key, message_text)
+
+
+@dataclass
+class ChatCompletionsJudge:
+    """The chat door as a judge over Chat Completions (`POST /v1/chat/completions`, not streamed)."""
+
+    url: str
+    key: str = field(repr=False)
+    model: str
+    seconds: float = JUDGE_SECONDS
+    session: aiohttp.ClientSession | None = field(default=None, repr=False)
+
+    def describe(self) -> str:
+        return f"chat-completions {self.url.rstrip('/')} {self.model}"
+
+    async def judge(self, system: str, user: str) -> str:
+        body: dict[str, JsonValue] = {
+            "model": self.model,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "stream": False,
+        }
+        target = f"{self.url.rstrip('/')}/v1/chat/completions"
+        return await _judge_call(self.session, target, _bearer(self.key), body, self.seconds, self.key, completion_text)
+
+
+JudgeDoors = OpenResponsesJudge | AnthropicMessagesJudge | ChatCompletionsJudge
+
+
+def judge_door(api: DoorApi, url: str, key: str, model: str) -> JudgeDoors:
+    """The judge that speaks `api` to the door at `url`."""
+    if api is DoorApi.ANTHROPIC:
+        return AnthropicMessagesJudge(url, key, model)
+    if api is DoorApi.CHAT:
+        return ChatCompletionsJudge(url, key, model)
+    return OpenResponsesJudge(url, key, model)
+
+
+def message_text(body: JsonValue) -> str | None:
+    """An Anthropic message's text: every `text` block of `content` joined."""
+    content = body.get("content") if isinstance(body, dict) else None
+    if not isinstance(content, list):
+        return None
+    text = "".join(
+        block["text"]
+        for block in content
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
+    )
+    return text or None
+
+
+def completion_text(body: JsonValue) -> str | None:
+    """A chat completion's text: the first choice's `message.content`."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) and content else None
+
+
+def _bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}", "Accept": "application/json"}
+
+
+async def _judge_call(
+    session: aiohttp.ClientSession | None,
+    target: str,
+    headers: dict[str, str],
+    body: JsonValue,
+    seconds: float,
+    key: str,
+    read_text: Callable[[JsonValue], str | None],
+) -> str:
+    """One judge request and its answer's text; every failure a `DoorError` without the key."""
+    try:
+        status, data = await _post(session, target, key, body, seconds, headers=headers)
+    except DoorError as error:
+        raise DoorError(_scrub(f"judge door: {error}", [key])) from None
+    if not 200 <= status <= 299:
+        _, message = _refusal_parts(data)
+        detail = f": {_cut(message)}" if message.strip() else ""
+        raise DoorError(_scrub(f"judge door answered {status}{detail}", [key]))
+    try:
+        text = read_text(json.loads(data))
+    except ValueError:
+        raise DoorError("judge door answer: not JSON") from None
+    if text is None:
+        raise DoorError("judge door answered no text")
+    return text
 
 
 async def _post(
-    session: aiohttp.ClientSession | None, url: str, key: str, body: JsonValue, seconds: float
+    session: aiohttp.ClientSession | None,
+    url: str,
+    key: str,
+    body: JsonValue,
+    seconds: float,
+    *,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, bytes]:
-    """One POST of JSON with a bearer key under one bound; (status, body). Transport failures raise
-    `DoorError` naming the kind of failure, never the key."""
-    headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
+    """One POST of JSON with a bearer key (or the caller's `headers`) under one bound; (status, body).
+    Transport failures raise `DoorError` naming the kind of failure, never the key."""
+    headers = headers or _bearer(key)
     timeout = aiohttp.ClientTimeout(total=seconds)
     try:
         if session is None:

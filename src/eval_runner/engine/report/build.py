@@ -26,8 +26,10 @@ from eval_runner.contracts.report_documents import (
     RunsDocument,
     document_ref,
 )
+from eval_runner.contracts.report_figures import META_KEY as FIGURES_KEY
 from eval_runner.contracts.report_statistics import META_KEY as STATISTICS_KEY
 from eval_runner.contracts.strict_json import JsonValue, digest_bytes, pretty, read
+from eval_runner.engine.report.figures import arm_figures
 from eval_runner.engine.report.html import ReportPage, RunLine, render
 from eval_runner.engine.report.inputs import (
     GRADES_SCHEMA,
@@ -150,7 +152,7 @@ def build_report(inputs: ReportInputs) -> BuiltReport:
     ext_eval = _ext_eval(inputs, scores, digest)
     stats = statistics(scores, found, runs_ref) if found is not None else None
     rows = measurements(scores, runs_ref)
-    marked = stand_ins_meta(inputs.stand_ins)
+    marked = {**stand_ins_meta(inputs.stand_ins), FIGURES_KEY: arm_figures(attempts).to_json()}
     candidates: list[tuple[dict[str, JsonValue], tuple[str, ...]]] = [
         ({**marked} if stats is None else {**marked, STATISTICS_KEY: stats.to_json()}, base_limitations)
     ]
@@ -501,6 +503,7 @@ def _page(
                     score=a.score,
                     cost_usd=a.cost_usd,
                     seconds=a.seconds,
+                    figures=a.figures,
                     trajectory=None
                     if a.trajectory is None
                     else f"{run_path(a.case, a.arm, a.attempt)}/trajectory.json",

@@ -8,12 +8,13 @@ trajectory.json in the same results directory. Pure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import jinja2
 
 from eval_runner.engine.report import view as words
+from eval_runner.engine.report.inputs import RunFigures
 from eval_runner.engine.report.view import ArmCell, ReportView
 from eval_runner.engine.verdict.gate import Criterion, Judgement, Verdict
 from eval_runner.engine.verdict.scores import Arm
@@ -49,6 +50,14 @@ class RunLine:
     cost_usd: float | None
     seconds: float | None
     trajectory: str | None
+    figures: RunFigures = field(default_factory=RunFigures)
+
+    @property
+    def figure_words(self) -> str:
+        """`1,200 tokens in, 300 tokens out, 3 model calls, 2 tool calls` (`unknown` where nobody said)."""
+        return ", ".join(
+            words.counted(words.count_text(getattr(self.figures, metric)), metric) for metric in words.FIGURE_WORDS
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +139,7 @@ def render(page: ReportPage) -> str:
         arms=words.arms(view),
         time_lines=(
             *(words.arm_line(arm) for arm in words.arms(view)),
+            *words.figures_lines(view),
             *words.round_lines(view.rounds),
             *(words.coverage_line(arm) for arm in words.arms(view)),
         ),
@@ -159,6 +169,7 @@ def _template() -> jinja2.Template:
         money=words.money_text,
         secs=words.seconds_text,
         runs=words.runs_text,
+        figure=words.figure_text,
         arm_words=lambda arm: "with the extension" if arm is Arm.SUBJECT else "without it",
     )
     return environment.get_template("report.html.j2")

@@ -42,6 +42,17 @@ class RunEnd(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class RunFigures:
+    """What one run used, as skill authors compare it: tokens in and out, model calls (`turns`) and tool
+    calls; None where neither the door nor the agent said (`engine.report.figures` reads them)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    turns: int | None = None
+    tool_calls: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Attempt:
     """One attempt of one case in one arm, after grading: what the orchestrator fills from a run
     record and its grades. `trajectory` is the ATIF-v1.8 document's exact bytes (`trajectory.json`);
@@ -63,6 +74,7 @@ class Attempt:
     trajectory: bytes | None = None
     created: tuple[tuple[str, bytes | None], ...] = ()
     receipts: tuple[ArtifactRef, ...] = ()
+    figures: RunFigures = RunFigures()
 
     @property
     def key(self) -> tuple[str, RunSide, int]:

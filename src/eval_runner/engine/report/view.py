@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from eval_runner.contracts.errors import ContractError
 from eval_runner.contracts.report import Counts, MeasuredArm, Report
+from eval_runner.contracts.report_figures import FigureRow, Figures
 from eval_runner.contracts.report_statistics import META_KEY as STATISTICS_KEY
 from eval_runner.contracts.report_statistics import Statistics
 from eval_runner.contracts.strict_json import JsonValue
@@ -88,9 +89,20 @@ class CaseView:
     baseline_planned: bool
 
 
+#: The figures per arm (`contracts.report_figures`), as readers name them.
+FIGURE_WORDS = {
+    "input_tokens": "tokens in",
+    "output_tokens": "tokens out",
+    "turns": "model calls",
+    "tool_calls": "tool calls",
+}
+FIGURE_ONE = {"input_tokens": "token in", "output_tokens": "token out", "turns": "model call", "tool_calls": "tool call"}
+
+
 @dataclass(frozen=True, slots=True)
 class ArmView:
-    """One arm over the suite; `seconds` and `cost_usd` are totals over its runs (unknown if any run lacks one)."""
+    """One arm over the suite; `seconds` and `cost_usd` are totals over its runs (unknown if any run lacks one);
+    `figures` its tokens, model calls and tool calls from `meta` (empty for a report that carries none)."""
 
     with_extension: bool
     cases: int
@@ -99,6 +111,10 @@ class ArmView:
     seconds: float | None
     cost_usd: float | None
     counts: Counts
+    figures: tuple[FigureRow, ...] = ()
+
+    def figure(self, metric: str) -> FigureRow | None:
+        return next((row for row in self.figures if row.metric == metric), None)
 
     @property
     def label(self) -> str:
@@ -233,8 +249,11 @@ def view_of(
             score=None if score is None or score.value is None else float(score.value),
         )
 
+    figures = Figures.from_meta(report.meta_extra)
+
     def arm(which: MeasuredArm, counts: Counts) -> ArmView:
         passed = found.get((which, "cases_passed"))
+        rows = () if figures is None else tuple(row for row in figures.rows if row.arm == which.value)
         return ArmView(
             with_extension=which is MeasuredArm.SUBJECT,
             cases=counts.planned,
@@ -243,6 +262,7 @@ def view_of(
             seconds=value(which, "seconds"),
             cost_usd=value(which, "cost_usd"),
             counts=counts,
+            figures=rows,
         )
 
     cases = []
@@ -407,6 +427,25 @@ def arm_line(arm: ArmView) -> str:
     )
 
 
+def figures_line(arm: ArmView) -> str | None:
+    """`With the extension per run: 1,200 tokens in, 300 tokens out, 3 model calls, 2 tool calls` (means over
+    the runs that reported each), then which figures some runs did not report; None when the report has none."""
+    if not arm.figures:
+        return None
+    parts = [counted(figure_text(arm.figure(metric)), metric) for metric in FIGURE_WORDS]
+    line = f"{arm.label} per run: {', '.join(parts)}"
+    missing = [
+        f"{words} for {row.unknown_count} of {row.unknown_count + row.denominator} runs"
+        for metric, words in FIGURE_WORDS.items()
+        if (row := arm.figure(metric)) is not None and row.unknown_count and row.denominator
+    ]
+    return line + (f" (over the runs that reported them; unknown: {'; '.join(missing)})" if missing else "")
+
+
+def figures_lines(view: ReportView) -> tuple[str, ...]:
+    return tuple(line for line in (figures_line(arm) for arm in arms(view)) if line is not None)
+
+
 def round_lines(rounds: RoundView | None) -> tuple[str, ...]:
     """Time and cost per round of the compared cases, with the spread between rounds (what the notes compare)."""
     if rounds is None:
@@ -483,6 +522,23 @@ def points_text(value: float) -> str:
 def percent_text(value: float | None) -> str:
     value = _finite(value)
     return "unknown" if value is None else f"{round(value * 100)} %"
+
+
+def figure_text(row: FigureRow | None) -> str:
+    """A figure per run: `1,234`, `2.5` (a mean that is not whole), `unknown`."""
+    return count_text(None if row is None else row.per_run)
+
+
+def counted(text: str, metric: str) -> str:
+    """`3 model calls`, `1 model call`, `unknown tokens in`: a figure's text and its words."""
+    return f"{text} {FIGURE_ONE[metric] if text == '1' else FIGURE_WORDS[metric]}"
+
+
+def count_text(value: float | None) -> str:
+    value = _finite(value)
+    if value is None:
+        return "unknown"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
 
 
 def p_text(value: float) -> str:

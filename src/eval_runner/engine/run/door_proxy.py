@@ -3,7 +3,10 @@
 The agent is untrusted code in a sandbox with its network off. The bridge inside relays
 `127.0.0.1:<port>` to a Unix socket bind-mounted from the host, where this proxy listens; the agent's
 door key is a fresh token that the proxy swaps for the real key on the way out (runner.md §13.4 step 7),
-so the key never enters the sandbox and the token is worthless once the run ends. Answers stream back
+so the key never enters the sandbox and the token is worthless once the run ends. The key goes where the
+agent put the token: `x-api-key` (Anthropic's Messages API, Claude Code) or a bearer token (OpenAI's
+Responses and Chat Completions); what the door's answers report they used is summed (`door_usage.py`).
+Answers stream back
 scrubbed of every form of the key, without `Content-Length` (scrubbing changes the length). What is
 forwarded, dropped, decoded and scrubbed is in decisions.md ("The door proxy, the stand-ins and ATIF
 reading"). Nothing here logs, and neither the key nor the token appears in a repr or an error message.
@@ -29,6 +32,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from eval_runner.engine.run.collect import REDACTED
+from eval_runner.engine.run.door_usage import AnswerReader, DoorUsage
 from eval_runner.errors import EvalRunnerError
 
 BODY_LIMIT = 16 * 1024 * 1024
@@ -227,6 +231,7 @@ class DoorProxy:
         self._token = secrets.token_hex(32)
         self._auth_failed = False
         self._forwarded = 0
+        self._usage = DoorUsage()
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
 
@@ -246,6 +251,11 @@ class DoorProxy:
     def auth_failed(self) -> bool:
         """Whether the door ever answered 401 or 403."""
         return self._auth_failed
+
+    @property
+    def usage(self) -> DoorUsage:
+        """Tokens and cost the door's successful answers reported (`door_usage.py`)."""
+        return self._usage
 
     @property
     def forwarded(self) -> int:
@@ -300,10 +310,8 @@ class DoorProxy:
     # -------------------------------------------------------------------------------------------------
 
     def _presents_token(self, headers: CIMultiDictProxy[str]) -> bool:
-        for value in headers.getall("Authorization", ()):
-            scheme, _, credential = value.strip().partition(" ")
-            if scheme.lower() == "bearer" and self._is_token(credential.strip()):
-                return True
+        if self._bearer_presented(headers):
+            return True
         return any(self._is_token(value.strip()) for value in headers.getall("x-api-key", ()))
 
     def _is_token(self, presented: str) -> bool:
@@ -323,14 +331,26 @@ class DoorProxy:
         return b"".join(parts)
 
     def _upstream_headers(self, headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
+        """The agent's headers minus framing and credentials, the key where the agent put the token: the
+        `x-api-key` header for an agent that sent it there alone (Anthropic's API), else a bearer token."""
         named = _connection_named(headers)
         out: CIMultiDict[str] = CIMultiDict()
         for name, value in headers.items():
             if name.lower() not in _NOT_FORWARDED and name.lower() not in named:
                 out.add(name, value)
-        out["Authorization"] = f"Bearer {self._key}"
+        if self._bearer_presented(headers):
+            out["Authorization"] = f"Bearer {self._key}"
+        else:
+            out["x-api-key"] = self._key
         out["Accept-Encoding"] = "identity"
         return out
+
+    def _bearer_presented(self, headers: CIMultiDictProxy[str]) -> bool:
+        for value in headers.getall("Authorization", ()):
+            scheme, _, credential = value.strip().partition(" ")
+            if scheme.lower() == "bearer" and self._is_token(credential.strip()):
+                return True
+        return False
 
     def _answer_headers(self, headers: CIMultiDictProxy[str], decoded: bool) -> CIMultiDict[str]:
         """The door's answer headers the agent may see: no framing, no credential, no form of the key."""
@@ -384,8 +404,11 @@ class DoorProxy:
             response.headers.extend(self._answer_headers(upstream.headers, decoded=coding == "decoded"))
             await response.prepare(request)
             scrub = self._scrub.answer()
+            reader = AnswerReader(upstream.headers.get("Content-Type", "")) if 200 <= upstream.status < 300 else None
             try:
                 async for chunk in upstream.content.iter_any():
+                    if reader is not None:
+                        reader.feed(chunk)
                     if scrubbed := scrub.feed(chunk):
                         await response.write(scrubbed)
             except (aiohttp.ClientError, TimeoutError, OSError):
@@ -394,6 +417,8 @@ class DoorProxy:
                 if request.transport is not None:
                     request.transport.abort()
                 return response
+            if reader is not None:
+                self._usage.add(reader.finish())
             await response.write_eof(scrub.finish())
             return response
         finally:

@@ -3,7 +3,9 @@
 `run_once` lays out the run directory (`engine/run/layout.py`), opens the run's door proxies on Unix
 sockets inside it, builds the only environment the agent gets, starts the agent in the sandbox, waits
 for its exit, the deadline or a cancel, decides the outcome, and collects what it left with every secret
-scrubbed. The workspace (`home/cwd`) stays for file graders until the caller closes the record's
+scrubbed. An agent that is not the coder (Claude Code, Codex) gets the same sandbox and door through an
+`AgentAdapter` (`engine/agents`): it says the command and environment, and reads the agent's own output
+into the trajectory and cost. The workspace (`home/cwd`) stays for file graders until the caller closes the record's
 `Workspace`; the rest of the run directory is removed at once. An exit code alone never errors a run; the
 outcomes beyond the reference's reasons (`crashed`, `memory_limit`, `disk_limit`, `spawn_failed`,
 `sandbox_failed`) are in decisions.md ("The sandbox, the bridge and one run", "The sandbox's memory
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -31,6 +34,8 @@ from eval_runner.engine.run.collect import (
     sha256_digest,
 )
 from eval_runner.engine.run.confined import run_confined
+from eval_runner.engine.run.door_proxy import DoorProxy
+from eval_runner.engine.run.door_usage import DoorUsage
 from eval_runner.engine.run.layout import (
     Layout,
     RefusedError,
@@ -50,6 +55,7 @@ from eval_runner.engine.run.sandbox import (
     Unconfined,
 )
 from eval_runner.engine.testset.cases import ENV_KEY, Operation
+from eval_runner.engine.testset.catalog import Skill
 
 #: Ports the bridge listens on inside the sandbox (its loopback is its own, so any port is free).
 CODER_DOOR_PORT = 8401
@@ -97,6 +103,56 @@ class RunDoorProxy(Protocol):
     async def close(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class AgentRoom:
+    """What an agent adapter (`engine/agents`) is given to set one run up: the run's directories (`home` is
+    the agent's own writable HOME, inside `tmp`), the door as the agent reaches it inside the sandbox (None
+    when the run has none), what the agent is asked, the extension's skills (the subject arm
+    only), the grants, who must own what it writes (None: the runner itself), and the environment every
+    agent gets whatever it is (PATH, locale, TMPDIR, the case's `run.env`)."""
+
+    root: Path
+    home: Path
+    cwd: Path
+    tmp: Path
+    out: Path
+    door_url: str | None
+    door_token: str | None = field(repr=False)
+    model: str
+    prompt: str
+    guidance: str | None
+    skills: tuple[Skill, ...]
+    grants: frozenset[Operation]
+    owner: tuple[int, int] | None
+    base_env: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStart:
+    """How an adapter starts its agent: the command (an absolute program first) and its whole environment."""
+
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEnd:
+    """What an adapter read from its agent's own output: an ATIF document (or log) and the cost it reported."""
+
+    trajectory: bytes | None
+    cost_usd: float | None
+
+
+class AgentAdapter(Protocol):
+    """An agent that is not the coder child contract (`engine/agents`): `start` lays its files out in the
+    room (on a worker thread; it may write under `room.home`) and says how to start it; `end` reads what it
+    printed (already scrubbed) into a trajectory and a cost. `RunSpec.adapter` None is the coder contract."""
+
+    def start(self, room: AgentRoom) -> AgentStart: ...
+
+    def end(self, stdout: bytes, room: AgentRoom) -> AgentEnd: ...
+
+
 #: Builds an unstarted proxy listening on the given socket path, e.g.
 #: `functools.partial(DoorProxy, door_url, door_key)`.
 DoorFactory = Callable[[Path], RunDoorProxy]
@@ -136,6 +192,10 @@ class RunSpec:
     #: Directories no run may see, whatever the agent's path: besides the temp root (every run's
     #: directories), the caller's state and results directories.
     hidden: tuple[Path, ...] = ()
+    #: How to start an agent that does not speak the coder contract; None is the contract (`coder`).
+    adapter: AgentAdapter | None = None
+    #: The extension's skills, given to an adapter's agent as files (the subject arm only).
+    skills: tuple[Skill, ...] = ()
 
 
 class Workspace:
@@ -173,6 +233,8 @@ class RunRecord:
     created_complete: bool = True
     workspace: Workspace | None = None
     detail: str | None = None
+    #: What the model door's answers reported (tokens, cost), when the run's door was a `DoorProxy`.
+    door_usage: DoorUsage | None = None
 
 
 async def run_once(
@@ -207,29 +269,42 @@ async def run_once(
             await _close_all(proxies)
             remove_tree(layout.root)
             return RunRecord(errored("refused"), 0.0, detail=str(exc))
+        command: tuple[str, ...] = (
+            str(layout.agent),
+            "--prompt-file",
+            str(layout.root / "prompt.md"),
+            "--trace",
+            str(layout.out / "trajectory.atif.jsonl"),
+            "--json",
+        )
+        env = _environment(spec, layout, proxies, door)
+        room = None
+        if spec.adapter is not None:
+            room = _room(spec, layout, confinement, proxies, env)
+            try:
+                started = await _off_loop(spec.adapter.start, (room,))
+            except (OSError, ValueError, RefusedError) as exc:
+                await _close_all(proxies)
+                remove_tree(layout.root)
+                return RunRecord(errored("refused"), 0.0, detail=f"cannot set the agent up: {exc}")
+            command, env = started.command, started.env
         launch = Launch(
             root=layout.root,
-            command=(
-                str(layout.agent),
-                "--prompt-file",
-                str(layout.root / "prompt.md"),
-                "--trace",
-                str(layout.out / "trajectory.atif.jsonl"),
-                "--json",
-            ),
+            command=command,
             cwd=layout.cwd,
             stdout=layout.out / "stdout.jsonl",
             stderr=layout.out / "stderr.txt",
-            home=layout.home,
+            home=layout.home if room is None else room.home,
             writable=writable_paths(layout, spec.grants),
             read_only=visible_paths(spec, layout, confinement),
-            env=_environment(spec, layout, proxies, door),
+            env=env,
             doors=tuple(doors),
             deadline_seconds=spec.deadline_seconds,
             limits=spec.limits,
         )
         ended = await run_confined(confinement, launch, cancel=cancel, grace=grace)
         auth_failed = any(proxy.auth_failed for proxy in proxies)
+        usage = proxies[0].usage if proxies and isinstance(proxies[0], DoorProxy) else None
     except BaseException:
         await _close_all(proxies)
         remove_tree(layout.root)
@@ -237,10 +312,15 @@ async def run_once(
     await _close_all(proxies)
     secrets = _secret_bytes(spec, proxies)
     try:
-        return await _off_loop(_record, (ended, auth_failed, layout, secrets))
+        record = await _off_loop(_record, (ended, auth_failed, layout, secrets, spec.adapter, room))
     except BaseException:
         remove_tree(layout.root)
         raise
+    if usage is None:
+        return record
+    # An agent that reports no cost (Codex, the built-in agent) is costed by what the door said, if it said.
+    cost = record.cost_usd if record.cost_usd is not None else usage.cost_usd
+    return dataclasses.replace(record, door_usage=usage, cost_usd=cost)
 
 
 async def _off_loop(
@@ -260,17 +340,29 @@ async def _off_loop(
         raise
 
 
-def _record(ended: Ended, auth_failed: bool, layout: Layout, secrets: Sequence[bytes]) -> RunRecord:
+def _record(
+    ended: Ended,
+    auth_failed: bool,
+    layout: Layout,
+    secrets: Sequence[bytes],
+    adapter: AgentAdapter | None = None,
+    room: AgentRoom | None = None,
+) -> RunRecord:
     outcome, detail = _outcome(ended, auth_failed)
     stdout = scrub(ended.stdout, secrets)
-    trajectory = read_file(layout.out / "trajectory.atif.jsonl", MAX_TRAJECTORY_BYTES)
+    cost = last_cost(stdout)
+    if adapter is not None and room is not None:
+        read = adapter.end(stdout, room)
+        trajectory, cost = read.trajectory, read.cost_usd
+    else:
+        trajectory = read_file(layout.out / "trajectory.atif.jsonl", MAX_TRAJECTORY_BYTES)
     created, complete = created_files(layout.cwd, layout.before, secrets)
     for leftover in (layout.out, layout.tmp, layout.openagents, layout.door, layout.root / "agent"):
         remove_tree(leftover)
     return RunRecord(
         outcome=outcome,
         seconds=ended.seconds,
-        cost_usd=last_cost(stdout),
+        cost_usd=cost,
         stdout=stdout,
         stderr=scrub(ended.stderr, secrets),
         trajectory=None if trajectory is None else scrub(trajectory, secrets),
@@ -381,6 +473,36 @@ def _environment(
         ]
     env += list(spec.env)
     return tuple(env)
+
+
+def _room(
+    spec: RunSpec,
+    layout: Layout,
+    confinement: Confinement,
+    proxies: Sequence[RunDoorProxy],
+    contract_env: tuple[tuple[str, str], ...],
+) -> AgentRoom:
+    """The room an adapter sets its agent up in: HOME is `tmp/home` (writable, gone with the run), and
+    the base environment is the contract's minus its `CODER_*`, `OPENAGENTS_*` and door variables."""
+    home = layout.tmp / "home"
+    dropped = ("HOME", "OPENAGENTS_HOME", "TYPESAFE_BASE_URL", "TYPESAFE_API_KEY")
+    base = tuple((key, value) for key, value in contract_env if not key.startswith("CODER_") and key not in dropped)
+    return AgentRoom(
+        root=layout.root,
+        home=home,
+        cwd=layout.cwd,
+        tmp=layout.tmp,
+        out=layout.out,
+        door_url=f"http://127.0.0.1:{CODER_DOOR_PORT}" if proxies else None,
+        door_token=proxies[0].token if proxies else None,
+        model=spec.model,
+        prompt=spec.prompt,
+        guidance=spec.guidance,
+        skills=spec.skills,
+        grants=spec.grants,
+        owner=confinement.owner(),
+        base_env=(("HOME", str(home)), *base),
+    )
 
 
 def _secret_bytes(spec: RunSpec, proxies: Sequence[RunDoorProxy]) -> list[bytes]:

@@ -25,6 +25,15 @@ from eval_runner.contracts.draft import made_slug as made_slug  # re-exported: a
 from eval_runner.contracts.errors import ContractError
 from eval_runner.contracts.refs import SLUG, ArtifactRef, DefinitionRef
 from eval_runner.contracts.strict_json import JsonValue, canonical, read
+from eval_runner.engine.testset.foreign import FormatError
+from eval_runner.engine.testset.skills import (
+    SKILL_FILE,
+    AgentSkill,
+    SkillFile,
+    agent_skill,
+    is_skill_dir,
+    resolve_skill_directory,
+)
 from eval_runner.errors import EvalRunnerError
 
 PACKAGE_FILE = "package.json"
@@ -99,7 +108,8 @@ class PinnedName:
 
 @dataclass(frozen=True, slots=True)
 class PackageRecord:
-    """A parsed `package.json` (the fields the runner reads; the exact bytes are kept on the tool)."""
+    """A parsed `package.json` (the fields the runner reads; the exact bytes are kept on the tool). A
+    skill directory's record is made from its SKILL.md and has no program."""
 
     slug: str
     name: str
@@ -107,7 +117,7 @@ class PackageRecord:
     version: str
     publisher: str
     provenance: str
-    program: PinnedName
+    program: PinnedName | None
     pinned: tuple[tuple[str, tuple[PinnedName, ...]], ...]
     eval_dir: str | None
 
@@ -122,10 +132,12 @@ class Program:
 
 @dataclass(frozen=True, slots=True)
 class Skill:
-    """One skill a subject admits: its name (the file stem) and the exact bytes of its file."""
+    """One skill a subject admits: its name (the file stem, or a SKILL.md's name), the exact bytes of its
+    file, and (for a skill directory) the files beside its SKILL.md."""
 
     name: str
     data: bytes
+    files: tuple[SkillFile, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +152,9 @@ class Subject:
 
     def operations(self) -> frozenset[str]:
         """The operations the extension supplies (runner.md §13.2): each program's slug, each step's
-        name, and each step's `binding.steps.<name>.module.operation`."""
-        out: set[str] = set()
+        name, and each step's `binding.steps.<name>.module.operation`; and `skill:<name>` for each
+        skill, the name an agent's use of it is graded by."""
+        out: set[str] = {f"skill:{skill.name}" for skill in self.skills}
         for program in self.programs:
             out.add(program.slug)
             value = _loose_json(program.data)
@@ -154,6 +167,10 @@ class Subject:
                     if isinstance(operation, str):
                         out.add(operation)
         return frozenset(out)
+
+    def agent_skills(self) -> tuple[AgentSkill, ...]:
+        """The skills as an agent installs them (`engine/testset/skills.py`)."""
+        return tuple(agent_skill(skill.name, skill.data, skill.files) for skill in self.skills)
 
     def program_grant(self) -> str:
         """`CODER_PROGRAMS`: the program slugs, comma-joined."""
@@ -354,16 +371,38 @@ def _aliases(program: bytes) -> tuple[DefinitionRef, ...]:
     return tuple(out)
 
 
+def resolve_skill_dir(root: Path) -> Tool:
+    """A skill directory (a SKILL.md, no package record) as a catalog tool with no program, named as a
+    chat-made tool is (decisions.md, "Skill directories as extensions")."""
+    try:
+        found = resolve_skill_directory(root, LOCAL_KEY)
+    except FormatError as error:
+        raise CatalogError(f"{root}: the skill doesn't resolve: {error}") from None
+    skill, version = found.skill, dict(found.skill.metadata).get("version", "")
+    package = PackageRecord(
+        found.slug, skill.name, skill.description, version, found.publisher, SKILL_FILE, None, (), None
+    )
+    skills = (Skill(skill.name, skill.skill_md(), skill.files),)
+    subject = Subject(found.slug, found.definition, found.lock, (), skills)
+    return Tool(skill.name, root, package, found.record, found.lock, subject, found.definition, ())
+
+
 def resolve_extension(root: Path) -> Tool:
-    """Resolve the extension directory `root` into a catalog tool (runner.md §11.1)."""
+    """Resolve the extension directory `root` into a catalog tool (runner.md §11.1); a skill directory
+    resolves through `resolve_skill_dir`."""
+    if is_skill_dir(root):
+        return resolve_skill_dir(root)
     record_path = root / PACKAGE_FILE
     try:
         record = record_path.read_bytes()
     except OSError as error:
         raise CatalogError(f"{record_path}: {error.strerror or error}") from None
     package = parse_package(record, str(record_path))
+    program_name = package.program
+    if program_name is None:  # parse_package always names one; only a skill directory has none
+        raise CatalogError(f"{record_path}: missing field `program`")
     try:
-        program_pin = _pin(root, PROGRAMS_DIR, "slug", package.program)
+        program_pin = _pin(root, PROGRAMS_DIR, "slug", program_name)
         pins: dict[str, JsonValue] = {}
         for (key, names), (_, folder, field) in zip(package.pinned, _PINNED, strict=True):
             pins[key] = {item.name: _pin(root, folder, field, item) for item in names}
@@ -385,7 +424,7 @@ def resolve_extension(root: Path) -> Tool:
         raise CatalogError(f"{program_path}: {error.strerror or error}") from None
     publisher = package.publisher if _HEX64.fullmatch(package.publisher) else LOCAL_KEY
     definition_value = {
-        "id": f"{publisher}:{package.slug}/{package.program.name}",
+        "id": f"{publisher}:{package.slug}/{program_name.name}",
         "artifact": ArtifactRef.of_bytes(record, JSON_MEDIA, PACKAGE_SCHEMA).to_json(),
     }
     try:
@@ -396,7 +435,7 @@ def resolve_extension(root: Path) -> Tool:
         slug=package.slug,
         definition=definition,
         package_lock=lock,
-        programs=(Program(package.program.name, program),),
+        programs=(Program(program_name.name, program),),
         skills=_skills(root / SKILLS_DIR),
     )
     return Tool(

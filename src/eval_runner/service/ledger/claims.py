@@ -222,7 +222,9 @@ class Job:
     """A run's job record (runner.md §5 `job.json`); a publish updates its run's job, it has none of its own.
 
     `request` is the signed `25920` event JSON exactly as it arrived; `results` the engine's results
-    directory; `published` the suite release and `3189` a publish sent.
+    directory; `published` the suite release and `3189` a publish sent. `publishing` is a publish's
+    progress: the signed `3189` (JSON text), recorded before it goes to the relay, so a publish cut off
+    by a crash sends that very event again instead of signing a second one.
     """
 
     key: str
@@ -236,6 +238,7 @@ class Job:
     report: ArtifactRef | None = None
     sealed: EventRef | None = None
     published: PublishOutput | None = None
+    publishing: str | None = None
 
     @property
     def key_name(self) -> str:
@@ -355,6 +358,7 @@ def job_from_row(row: sqlite3.Row) -> Job:
         report=report,
         sealed=sealed,
         published=published,
+        publishing=row["publishing"],
     )
 
 

@@ -18,17 +18,17 @@ import contextlib
 import fcntl
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, ClassVar
 
 from eval_runner.contracts.errors import Code, ContractError
-from eval_runner.service.ledger.claims import Claim, LedgerError, ProgressNote, claim_from_row, key_name
+from eval_runner.service.ledger.backend import LedgerStorage
+from eval_runner.service.ledger.claims import LedgerError
 
 LEDGER_FILE = "ledger.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _PHASE_CHECK = "phase IN ('reserved','accepted','intended','running','terminal','unknown','tombstone')"
 SCHEMA = f"""
 CREATE TABLE claims (
@@ -105,50 +105,31 @@ CREATE TABLE jobs (
 );
 CREATE INDEX jobs_report ON jobs (worker, principal, report_digest);
 """
+#: Version 2: a publish's progress on its run's job (the signed 3189, kept before it is sent).
+PUBLISHING = "ALTER TABLE jobs ADD COLUMN publishing TEXT"
 #: Schema scripts by the version they bring the file to; a file at a later version is refused.
-MIGRATIONS: dict[int, str] = {1: SCHEMA}
+MIGRATIONS: dict[int, str] = {1: SCHEMA, 2: PUBLISHING}
 
 
-#: Columns `_set` may write: a whitelist, so no caller text ever reaches SQL.
-_CLAIM_COLUMNS = frozenset(
-    {
-        "phase",
-        "acknowledged",
-        "dispatch_intent",
-        "effect_started",
-        "observed",
-        "outcome",
-        "dispatched",
-        "result",
-        "result_digest",
-        "conflicts",
-        "code",
-        "message",
-        "cancel_requested",
-        "cancel_reason",
-        "tombstone",
-        "holds_slot",
-        "settled_at",
-    }
-)
-
-
-class LedgerFile:
+class LedgerFile(LedgerStorage):
     """An open ledger file for one runner key: its connection, its lock, and the transactions over them.
 
-    One connection serves every thread (`check_same_thread=False`), guarded by one `RLock`, so the
-    asyncio loop and worker threads can share a ledger. A write is `BEGIN IMMEDIATE … COMMIT` on the
-    current rows, durable when it returns and rolled back whole on any error, so nothing ever writes a
-    stale snapshot over a newer one and a failed write can simply be retried.
+    A write is `BEGIN IMMEDIATE … COMMIT` on the current rows, durable when it returns and rolled back
+    whole on any error, so nothing ever writes a stale snapshot over a newer one and a failed write can
+    simply be retried. The key's lock admits one process, so every unsettled claim is this process's.
     """
 
+    SAVE_JOB: ClassVar[str] = (
+        "INSERT OR REPLACE INTO jobs (key, worker, action, principal, request, status, check_id, validates, "
+        "results, report, report_digest, sealed, published, publishing) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+
     def __init__(self, path: Path, worker: str, db: sqlite3.Connection, lock_fd: int) -> None:
+        super().__init__(worker, path.parent)
         self.path = path
-        self.worker = worker
         self._db = db
         self._lock_fd = lock_fd
-        self._mutex = threading.RLock()
-        self._closed = False
 
     def close(self) -> None:
         """Close the database and give up the key's lock. Idempotent."""
@@ -158,11 +139,8 @@ class LedgerFile:
             self._closed = True
             release(self._db, self._lock_fd)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
+    def _unheld(self, now: int) -> tuple[str, tuple[Any, ...]]:
+        return "", ()
 
     # -- transactions --------------------------------------------------------------------------
 
@@ -209,43 +187,6 @@ class LedgerFile:
                 with contextlib.suppress(sqlite3.Error):
                     self._db.execute("ROLLBACK")
                 raise LedgerError(f"the ledger read failed: {error}") from error
-
-    def _claim(self, db: sqlite3.Connection, key: str) -> Claim | None:
-        row = db.execute("SELECT * FROM claims WHERE key = ? AND worker = ?", (key, self.worker)).fetchone()
-        if row is None:
-            return None
-        aliases = tuple(
-            item["event_id"]
-            for item in db.execute("SELECT event_id FROM aliases WHERE key = ? ORDER BY position", (key,))
-        )
-        progress = tuple(
-            ProgressNote(item["seq"], item["status"])
-            for item in db.execute("SELECT seq, status FROM progress WHERE key = ? ORDER BY seq", (key,))
-        )
-        return claim_from_row(row, aliases, progress)
-
-    def _require(self, db: sqlite3.Connection, key: str) -> Claim:
-        claim = self._claim(db, key)
-        if claim is None:
-            raise LedgerError(f"no claim {key_name(key)} on this runner")
-        return claim
-
-    def _set(self, db: sqlite3.Connection, key: str, **columns: Any) -> None:
-        unknown = set(columns) - _CLAIM_COLUMNS
-        if unknown:
-            raise LedgerError(f"not a claim column: {sorted(unknown)}", Code.MALFORMED)
-        assignments = ", ".join(f"{column} = ?" for column in columns)
-        db.execute(
-            f"UPDATE claims SET {assignments} WHERE key = ? AND worker = ?",  # noqa: S608 - whitelisted names
-            (*columns.values(), key, self.worker),
-        )
-
-    def _alias(self, db: sqlite3.Connection, key: str, event_id: str) -> None:
-        db.execute(
-            "INSERT OR IGNORE INTO aliases (key, position, event_id) "
-            "SELECT ?, COALESCE(MAX(position), -1) + 1, ? FROM aliases WHERE key = ?",
-            (key, event_id, key),
-        )
 
 
 def connect(path: Path, worker: str, busy_timeout_ms: int) -> tuple[sqlite3.Connection, int]:

@@ -57,7 +57,6 @@ Decisions where the spec is silent (runner.md §5, §6, §9.7; wire.md §8):
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
 
@@ -74,11 +73,10 @@ from eval_runner.contracts.answers import (
 from eval_runner.contracts.errors import Code, ContractError
 from eval_runner.contracts.execution import MAX_REPLAY_RECORDS, ExecuteBody, fingerprint, root_record
 from eval_runner.contracts.strict_json import digest_bytes, read
+from eval_runner.service.ledger.backend import Db
 from eval_runner.service.ledger.claims import (
     CAPACITY,
     CONFLICT_MESSAGE,
-    JOB_ACTIONS,
-    JOB_STATUSES,
     Claim,
     Job,
     LedgerError,
@@ -88,12 +86,12 @@ from eval_runner.service.ledger.claims import (
     Retransmission,
     conflicts_text,
     horizon,
-    job_from_row,
     json_text,
     key_name,
     key_of,
 )
 from eval_runner.service.ledger.file import LEDGER_FILE, LedgerFile, connect
+from eval_runner.service.ledger.jobs import JobRecords
 
 
 def ledger_path(state: Path) -> Path:
@@ -108,14 +106,18 @@ def _hex64(value: str, what: str) -> str:
         raise LedgerError(f"{what} must be 64 lowercase hex characters", Code.MALFORMED) from error
 
 
-class Ledger(LedgerFile):
-    """The execution ledger of one runner key in one SQLite file. Open with `Ledger.open`."""
+class Ledger(JobRecords):
+    """The execution ledger of one runner key: the rules, over the backend a subclass gives.
+
+    `Ledger.open` opens the embedded SQLite file (`SqliteLedger`); `postgres.PostgresLedger` is the same
+    ledger in a PostgreSQL database that several runners share.
+    """
 
     # -- opening, recovery, closing ------------------------------------------------------------
 
     @classmethod
     def open(cls, path: Path | str, worker_pubkey: str, now: int, *, busy_timeout_ms: int = 10_000) -> Ledger:
-        """Open (creating or migrating) the ledger at `path` for `worker_pubkey`, and recover from a crash.
+        """Open (creating or migrating) the ledger file at `path` for `worker_pubkey`, and recover from a crash.
 
         Raises `LedgerError` when the file is not a ledger, is newer than this code, is held by another
         process for the same key, or cannot be written; the service treats that as fatal.
@@ -123,7 +125,7 @@ class Ledger(LedgerFile):
         worker = _hex64(worker_pubkey, "worker")
         path = Path(path)
         db, lock_fd = connect(path, worker, busy_timeout_ms)
-        ledger = cls(path, worker, db, lock_fd)
+        ledger = SqliteLedger(path, worker, db, lock_fd)
         try:
             ledger._recover(now)
         except BaseException:
@@ -131,17 +133,21 @@ class Ledger(LedgerFile):
             raise
         return ledger
 
-    def _recover(self, now: int) -> None:
-        """runner.md §6 steps 5–6 for this key: interrupted runs become unknown; never-dispatched claims go."""
+    def _recover(self, now: int) -> tuple[Claim, ...]:
+        """runner.md §6 steps 5–6 for the claims no live process holds (`_unheld`): interrupted runs become
+        unknown, never-dispatched claims go. Returns the claims settled unknown here, so they can be answered."""
+        unheld, params = self._unheld(now)
+        open_claims = "FROM claims WHERE worker = ? AND outcome IS NULL AND tombstone = 0" + unheld
+        settled: list[Claim] = []
         with self._write() as db:
-            db.execute(
-                "DELETE FROM claims WHERE worker = ? AND dispatch_intent = 0 AND outcome IS NULL AND tombstone = 0",
-                (self.worker,),
-            )
-            rows = db.execute(
-                "SELECT key FROM claims WHERE worker = ? AND dispatch_intent = 1 AND outcome IS NULL AND tombstone = 0",
-                (self.worker,),
-            ).fetchall()
+            db.execute(f"DELETE {open_claims} AND dispatch_intent = 0", (self.worker, *params))
+            if unheld:
+                db.execute(
+                    f"UPDATE jobs SET status = 'unknown' WHERE worker = ? AND status = 'running' "  # noqa: S608
+                    f"AND key IN (SELECT key {open_claims})",
+                    (self.worker, self.worker, *params),
+                )
+            rows = db.execute(f"SELECT key {open_claims} AND dispatch_intent = 1", (self.worker, *params)).fetchall()
             for row in rows:
                 claim = self._require(db, row["key"])
                 payload = json_text(ResultBody.unknown(claim.binding, claim.record).to_json())
@@ -158,7 +164,10 @@ class Ledger(LedgerFile):
                     holds_slot=0,
                     settled_at=now,
                 )
-            db.execute("UPDATE jobs SET status = 'unknown' WHERE worker = ? AND status = 'running'", (self.worker,))
+                settled.append(self._require(db, claim.key))
+            if not unheld:
+                db.execute("UPDATE jobs SET status = 'unknown' WHERE worker = ? AND status = 'running'", (self.worker,))
+        return tuple(settled)
 
     # -- keys and lookups ----------------------------------------------------------------------
 
@@ -227,13 +236,17 @@ class Ledger(LedgerFile):
     def revoke_target(self, digest: str) -> None:
         """Refuse new claims whose target program has this digest (`revoked`)."""
         with self._write() as db:
-            db.execute("INSERT OR IGNORE INTO revoked (worker, digest) VALUES (?, ?)", (self.worker, digest))
+            db.execute(
+                "INSERT INTO revoked (worker, digest) VALUES (?, ?) ON CONFLICT DO NOTHING", (self.worker, digest)
+            )
 
     def add_controller(self, pubkey: str) -> None:
         """Let `pubkey` control runs it did not sign."""
         pubkey = _hex64(pubkey, "controller")
         with self._write() as db:
-            db.execute("INSERT OR IGNORE INTO controllers (worker, pubkey) VALUES (?, ?)", (self.worker, pubkey))
+            db.execute(
+                "INSERT INTO controllers (worker, pubkey) VALUES (?, ?) ON CONFLICT DO NOTHING", (self.worker, pubkey)
+            )
 
     # -- the claim's life ----------------------------------------------------------------------
 
@@ -294,10 +307,11 @@ class Ledger(LedgerFile):
                     root.digest,
                 ),
             )
+            self._held(db, key)
             self._alias(db, key, event_id)
             return self._require(db, key)
 
-    def _admission(self, db: sqlite3.Connection, body: ExecuteBody, principal: str, now: int) -> Refusal | None:
+    def _admission(self, db: Db, body: ExecuteBody, principal: str, now: int) -> Refusal | None:
         promised = horizon(now)
         if body.retain_until > promised:
             return Refusal(
@@ -496,76 +510,9 @@ class Ledger(LedgerFile):
             raise LedgerError(f"claim {claim.key_name} is past retention", Code.CONTENT_UNAVAILABLE)
         return claim
 
-    # -- jobs ----------------------------------------------------------------------------------
 
-    def save_job(self, job: Job) -> Job:
-        """Insert or update a run's job record (runner.md §5 `job.json`), committed before returning."""
-        if job.action not in JOB_ACTIONS or job.status not in JOB_STATUSES:
-            raise LedgerError(f"a job is {JOB_ACTIONS} and {JOB_STATUSES}", Code.MALFORMED)
-        with self._write() as db:
-            claim = self._require(db, job.key)
-            if not claim.dispatch_intent:
-                raise LedgerError(f"job {job.key_name}'s claim was never dispatched")
-            if job.principal != claim.principal:
-                raise LedgerError(f"job {job.key_name} names another principal than its claim", Code.MALFORMED)
-            row = db.execute("SELECT * FROM jobs WHERE key = ? AND worker = ?", (job.key, self.worker)).fetchone()
-            if row is not None:
-                stored = job_from_row(row)
-                if (stored.action, stored.principal, stored.request) != (job.action, job.principal, job.request):
-                    raise LedgerError(
-                        f"job {job.key_name}'s action, principal and request never change", Code.MALFORMED
-                    )
-                if stored.status != "running" and job.status != stored.status:
-                    raise LedgerError(f"job {job.key_name} already ended {stored.status}", Code.CONFLICT)
-            db.execute(
-                "INSERT OR REPLACE INTO jobs (key, worker, action, principal, request, status, check_id, validates, "
-                "results, report, report_digest, sealed, published) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    job.key,
-                    self.worker,
-                    job.action,
-                    job.principal,
-                    job.request,
-                    job.status,
-                    job.check,
-                    job.validates,
-                    job.results,
-                    None if job.report is None else json_text(job.report.to_json()),
-                    None if job.report is None else job.report.digest,
-                    None if job.sealed is None else json_text(job.sealed.to_json()),
-                    None if job.published is None else json_text(job.published.to_json()),
-                ),
-            )
-            return job
-
-    def job(self, key: str) -> Job | None:
-        with self._read() as db:
-            row = db.execute("SELECT * FROM jobs WHERE key = ? AND worker = ?", (key, self.worker)).fetchone()
-            return None if row is None else job_from_row(row)
-
-    def jobs(self) -> tuple[Job, ...]:
-        with self._read() as db:
-            rows = db.execute("SELECT * FROM jobs WHERE worker = ? ORDER BY rowid", (self.worker,)).fetchall()
-            return tuple(job_from_row(row) for row in rows)
-
-    def find_completed_run(self, principal: str, report_digest: str) -> Job | None:
-        """The completed run job of `principal` whose report has this digest (publish admission, §9.5 step 5)."""
-        with self._read() as db:
-            row = db.execute(
-                "SELECT * FROM jobs WHERE worker = ? AND principal = ? AND report_digest = ? "
-                "AND action = 'run' AND status = 'completed' ORDER BY rowid LIMIT 1",
-                (self.worker, principal, report_digest),
-            ).fetchone()
-            return None if row is None else job_from_row(row)
-
-    def results_base(self, key: str) -> Path:
-        """`<state>/jobs/<key_name>/results`, made owner-only: where the engine makes a run's results directory."""
-        base = self.path.parent / "jobs" / key_name(key) / "results"
-        try:
-            base.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as error:
-            raise LedgerError(f"the results directory of {key_name(key)} could not be made: {error}") from error
-        return base
+class SqliteLedger(Ledger, LedgerFile):
+    """The ledger in one SQLite file under the state directory (the default). Open with `Ledger.open`."""
 
 
 def _now(now: int | None) -> int:
@@ -583,6 +530,7 @@ __all__ = [
     "Refusal",
     "ResultConflictError",
     "Retransmission",
+    "SqliteLedger",
     "key_name",
     "key_of",
     "ledger_path",

@@ -152,6 +152,7 @@ class RelayListener:
         liveness: Liveness | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_end: Callable[[Ended], None] | None = None,
+        on_probe: Callable[[float], None] | None = None,
         connect_within: float = CONNECT_BOUND,
         renew_within: float = RENEW_WITHIN,
         drain: float = DRAIN,
@@ -166,6 +167,7 @@ class RelayListener:
         self._liveness = liveness if liveness is not None else Liveness()
         self._sleep = sleep
         self._on_end = on_end
+        self._on_probe = on_probe  # each answered probe's round trip, in seconds (for metrics)
         self._connect_within = connect_within
         self._renew_within = renew_within
         self._drain = drain
@@ -324,6 +326,7 @@ class _Session:
         self.successor: asyncio.Task[tuple[RelayConnection, list[Event]]] | None = None
         self.outstanding: str | None = None
         self.probes = 0
+        self.probe_sent = 0.0
         self.awaiting_auth = False
         self.retried_auth = False
         self.loop = asyncio.get_running_loop()
@@ -366,6 +369,7 @@ class _Session:
             self.probes += 1
             self.outstanding = f"{PROBE_PREFIX}{self.probes}"
             self.next_probe = now + listener._liveness.probe
+            self.probe_sent = now
             await self.current.send(probe_request(self.outstanding, listener._filter()))
         if self.subscribed and self.successor is None and now >= self.renew_at:
             self.successor = self.loop.create_task(listener._successor())
@@ -407,6 +411,8 @@ class _Session:
             if isinstance(item, Eose | Closed):
                 self.outstanding = None
                 listener._notifier.watchdog()
+                if listener._on_probe is not None:
+                    listener._on_probe(self.loop.time() - self.probe_sent)
             return None
         if sub_id != JOBS:
             return None

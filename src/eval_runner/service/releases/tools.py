@@ -147,6 +147,10 @@ class ToolReleases:
             self._known[tool.definition.id] = found
             return found
 
+    def known(self) -> dict[str, EventRef]:
+        """The releases made so far, by the tool's definition id (what the defaults reader matches)."""
+        return {ident: found.event for ident, found in self._known.items()}
+
     async def release(self, tool: Tool) -> EventRef:
         """Admission's hook (`service.requests.admission.ToolRelease`): the release event of `tool`."""
         return (await self.released(tool)).event

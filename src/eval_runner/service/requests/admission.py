@@ -34,6 +34,7 @@ from eval_runner.contracts.hosted import (
 )
 from eval_runner.contracts.refs import EventRef
 from eval_runner.contracts.strict_json import JsonValue
+from eval_runner.engine.testset.adopted import AdoptedDefaults
 from eval_runner.engine.testset.cases import Operation, Suite, load_suite
 from eval_runner.engine.testset.catalog import Catalog, NotAdmittedError, Subject, Tool
 from eval_runner.engine.testset.drafts import write_draft
@@ -50,7 +51,6 @@ CLOSED: Final = "the hosted runner isn't taking new runs right now; try again la
 LOW_DISK: Final = "the hosted runner is short of disk space right now; try again later"
 NOT_A_CATALOG_TOOL: Final = "the hosted runner tests catalog tools and tools made in chat only"
 NO_PUBLISHED_SUITES: Final = "this runner does not take published test sets yet; send the tests as a draft"
-NO_PUBLISHING: Final = "this runner does not take publishing yet"
 NO_TESTS: Final = "the test set has no tests"
 CHECK_NEEDS_RELEASE: Final = "a check reruns a published test set"
 VALIDATION_NEEDS_RELEASE: Final = "a validation runs a published second test set"
@@ -62,6 +62,8 @@ MAX_TESTS: Final = 8
 HOSTED_OPERATIONS: Final = frozenset({Operation.READ, Operation.WRITE})
 
 ToolRelease = Callable[[Tool], Awaitable[EventRef]]
+#: Coder's defaults as of now (runner.md §12), read once per admitted run; never raises.
+DefaultsSource = Callable[[], Awaitable[AdoptedDefaults | None]]
 
 logger = logging.getLogger(__name__)
 
@@ -69,12 +71,14 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class InputFacts:
     """What a usage record says about a request from its input alone (runner.md §19.1): `unread` when the
-    input does not parse; `subject` absent for a draft subject; `suite` a release id or `draft`."""
+    input does not parse; `subject` absent for a draft subject; `suite` a release id or `draft`; `result`
+    the published result a check or a validation cites."""
 
     action: str = "unread"
     subject: str | None = None
     suite: str | None = None
     runs: int | None = None
+    result: str | None = None
 
 
 def run_action(check: str | None, validates: str | None) -> str:
@@ -97,6 +101,7 @@ def input_facts(value: JsonValue) -> InputFacts:
         subject=None if isinstance(found.subject, str) else found.subject.id,
         suite="draft" if isinstance(found.suite, str) else found.suite.id,
         runs=found.runs,
+        result=found.check if found.check is not None else found.validates,
     )
 
 
@@ -137,6 +142,8 @@ class RunPlan:
     check: str | None = None
     validates: str | None = None
     draft: Draft | None = None
+    #: Coder's defaults both arms admit, read at admission (None: the baseline admits nothing).
+    defaults: AdoptedDefaults | None = None
 
     @property
     def tests(self) -> int:
@@ -171,7 +178,9 @@ class Admission:
         disk_floor: int = 0,
         blobs: BlobStorage | None = None,
         relay: RelayClient | None = None,
+        defaults: DefaultsSource | None = None,
     ) -> None:
+        self._defaults = defaults
         # Where a published test set's release and files come from (without both, published sets are refused).
         self.blobs = blobs
         self.relay = relay
@@ -209,7 +218,7 @@ class Admission:
         return not short
 
     def check_request(self, body: ExecuteBody) -> HostedInput:
-        """Admission steps 1–5 (§9.5): target, requirements, input, the switch, and the publish action."""
+        """Admission steps 1–4 (§9.5): target, requirements, input, the switch (and the disk floor)."""
         try:
             check_target(body.target, self.runner)
             check_requirements(body.requirements)
@@ -223,14 +232,14 @@ class Admission:
             raise RefusalError(Code.NOT_ADMITTED, CLOSED)
         if not self._disk_ok():
             raise RefusalError(Code.UNAVAILABLE, LOW_DISK)
-        if isinstance(found, PublishInput):
-            raise RefusalError(Code.NOT_ADMITTED, NO_PUBLISHING)
         return found
 
-    async def admit(self, opened: OpenedExecute) -> RunPlan:
-        """Admit `opened` and plan its run, or raise `RefusalError` (its staging already removed)."""
+    async def admit(self, opened: OpenedExecute) -> RunPlan | PublishInput:
+        """Admit `opened` and plan its run, or raise `RefusalError` (its staging already removed). A publish
+        comes back as its input: whether the trainer has that finished run is the ledger's (`publish`)."""
         found = self.check_request(opened.body)
-        assert isinstance(found, RunInput)  # a publish is refused by check_request
+        if isinstance(found, PublishInput):
+            return found
         requester = EventRef(id=opened.event.id, pubkey=opened.principal, kind=REQUEST_KIND)
         plan = await self.plan(found, requester)
         if plan.tool is not None and self._tool_release is not None:
@@ -241,6 +250,12 @@ class Admission:
             else:
                 definition = dataclasses.replace(plan.subject.definition, event=release)
                 plan = dataclasses.replace(plan, subject=dataclasses.replace(plan.subject, definition=definition))
+        if self._defaults is not None:  # step 9: read now, after the tool's release, and frozen into the plan
+            try:
+                plan = dataclasses.replace(plan, defaults=await self._defaults())
+            except BaseException:
+                plan.close()
+                raise
         return plan
 
     async def plan(self, run: RunInput, requester: EventRef) -> RunPlan:
@@ -305,7 +320,7 @@ class Admission:
         if run.check is not None:
             if released is None or self._published is None:
                 raise RefusalError(Code.NOT_ADMITTED, CHECK_NEEDS_RELEASE)
-            await self._published.check_cites(run.check, released)
+            await self._published.check_cites(run.check, released, subject.definition)
         if run.validates is not None:
             if released is None or self._published is None:
                 raise RefusalError(Code.NOT_ADMITTED, VALIDATION_NEEDS_RELEASE)

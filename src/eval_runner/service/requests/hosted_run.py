@@ -18,6 +18,7 @@ from eval_runner.contracts.answers import ProgressBody, ResultBody
 from eval_runner.contracts.outputs import MAX_NOTE_CHARS, MAX_NOTES, Headline, RunOutput
 from eval_runner.service.ledger.claims import Claim, Job, LedgerError, ResultConflictError
 from eval_runner.service.ledger.store import Ledger
+from eval_runner.service.metrics import NO_METRICS, Metrics
 from eval_runner.service.requests.admission import InputFacts, RunPlan
 from eval_runner.service.requests.opening import OpenedExecute
 from eval_runner.service.requests.quota import Quota, Ticket
@@ -39,9 +40,12 @@ class Arrival:
 class UsageKeeper:
     """Appends the one usage record of each answered request (runner.md §19.1); a failure only logs."""
 
-    def __init__(self, usage_log: UsageLog, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, usage_log: UsageLog, clock: Callable[[], float] = time.time, metrics: Metrics = NO_METRICS
+    ) -> None:
         self.usage_log = usage_log
         self._clock = clock
+        self.metrics = metrics
 
     def keep(
         self,
@@ -56,7 +60,11 @@ class UsageKeeper:
         verdict: str | None = None,
         subject_passed: int | None = None,
         baseline_passed: int | None = None,
+        result: str | None = None,
+        report: str | None = None,
     ) -> None:
+        """`result` is the `3189` a publish published, or the one a check or validation cites (else the
+        input's); `report` the published report's digest when a publish rewrote it."""
         record = Record(
             time=arrival_time(arrival.ms),
             key=opened.principal,
@@ -72,10 +80,13 @@ class UsageKeeper:
             verdict=verdict,
             subject_passed=subject_passed,
             baseline_passed=baseline_passed,
+            result=result if result is not None else facts.result,
+            report=report,
             total_ms=max(0, int(self._clock() * 1000) - arrival.ms),
             bytes_in=arrival.bytes_in,
         )
         self.usage_log.keep(record)
+        self.metrics.answered(record)  # the usage record is what "answered" means, for the metrics too
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +186,11 @@ class HostedRun:
         self.ticket = ticket
         self.stop = stop
         self.facts = InputFacts(
-            action=plan.action, subject=plan.subject.definition.id, suite=plan.suite_word, runs=plan.runs
+            action=plan.action,
+            subject=plan.subject.definition.id,
+            suite=plan.suite_word,
+            runs=plan.runs,
+            result=plan.check if plan.check is not None else plan.validates,
         )
         self.job = Job(
             key=claim.key,
@@ -210,7 +225,7 @@ class HostedRun:
                     claim.principal[:12],
                     plan.tests,
                     plan.runs,
-                    _suffix(plan.action),
+                    _suffix(plan.action, marginal=plan.defaults is not None),
                 )
                 progress.note("running", 0)
                 base = await asyncio.to_thread(context.ledger.results_base, claim.key)
@@ -346,5 +361,6 @@ class HostedRun:
             await context.answers.result(claim.principal, alias, payload)
 
 
-def _suffix(action: str) -> str:
-    return {"check": ", a check", "validation": ", a validation"}.get(action, "")
+def _suffix(action: str, *, marginal: bool = False) -> str:
+    plain = ", marginal over the defaults" if marginal else ""
+    return {"check": ", a check", "validation": ", a validation"}.get(action, plain)

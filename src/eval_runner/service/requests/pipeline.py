@@ -18,15 +18,27 @@ from typing import TypeVar
 from eval_runner.contracts.answers import ResultBody
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.execution import Binding
+from eval_runner.contracts.hosted import PublishInput
 from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import ConversationKeys, Event, SecretKey
 from eval_runner.service.blobs.bucket import BlobStorage
 from eval_runner.service.config import Config
-from eval_runner.service.ledger.claims import CONFLICT_MESSAGE, Claim, LedgerError, Refusal
+from eval_runner.service.ledger.claims import (
+    CONFLICT_MESSAGE,
+    Claim,
+    Job,
+    LedgerError,
+    Refusal,
+    ResultConflictError,
+    Retransmission,
+)
 from eval_runner.service.ledger.store import Ledger
+from eval_runner.service.metrics import NO_METRICS, Metrics
 from eval_runner.service.relay.connection import RelayClient
 from eval_runner.service.requests.admission import (
     Admission,
+    DefaultsSource,
+    InputFacts,
     RefusalError,
     RunPlan,
     ToolRelease,
@@ -41,8 +53,9 @@ from eval_runner.service.requests.opening import (
     drop_line,
     open_request,
 )
+from eval_runner.service.requests.publish import PublishError, Publishing, crash_point, failed_line, published_line
 from eval_runner.service.requests.quota import OverQuotaError, Quota, Ticket
-from eval_runner.service.requests.reply import Answers, EventPublisher
+from eval_runner.service.requests.reply import Answers, EventPublisher, answer_text
 from eval_runner.service.requests.suites import Progress, SuiteError, SuiteResult, SuiteRunner
 from eval_runner.service.settings import Limits
 from eval_runner.service.usage import UsageLog
@@ -70,8 +83,10 @@ class Pipeline:
         usage: UsageLog,
         limits: Limits,
         clock: Callable[[], float] = time.time,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self.runner = secret.public_key().to_hex()
+        self.metrics = metrics
         self._secret = secret
         self.ledger = ledger
         self.admission = admission
@@ -84,17 +99,20 @@ class Pipeline:
         self.answers = Answers(secret, publisher, keys=self._keys, clock=clock)
         self._seen = SeenIds()
         self.stops: dict[str, asyncio.Event] = {}
-        self._usage = UsageKeeper(usage, clock)
+        self._usage = UsageKeeper(usage, clock, metrics)
         self._context = RunContext(
             ledger=ledger,
             answers=self.answers,
             suite_runner=suite_runner,
-            slots=asyncio.Semaphore(limits.jobs),
+            slots=metrics.suite_slots(limits.jobs),
             quota=quota,
             stops=self.stops,
             usage=self._usage,
         )
         self._tasks: set[asyncio.Task[None]] = set()
+        self.publishing = Publishing(
+            secret=secret, ledger=ledger, relay=admission.relay, blobs=admission.blobs, publisher=publisher
+        )
 
     @classmethod
     def from_config(
@@ -110,6 +128,8 @@ class Pipeline:
         relay: RelayClient | None = None,
         tool_release: ToolRelease | None = None,
         clock: Callable[[], float] = time.time,
+        defaults: DefaultsSource | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> Pipeline:
         """The pipeline `serve` runs: state, temp root, quota, usage log and limits from the configuration."""
         runner = secret.public_key().to_hex()
@@ -125,6 +145,7 @@ class Pipeline:
                 disk_floor=config.disk.floor,
                 blobs=blobs,
                 relay=relay,
+                defaults=defaults,
             ),
             suite_runner=suite_runner,
             publisher=publisher,
@@ -132,6 +153,7 @@ class Pipeline:
             usage=UsageLog(config.usage_dir),
             limits=config.limits,
             clock=clock,
+            metrics=metrics,
         )
 
     # -- the way in ----------------------------------------------------------------------------
@@ -147,12 +169,23 @@ class Pipeline:
             if error.verified:
                 self._seen.remember(event.id)
             logger.info(drop_line(event.id, error.reason))
+            self.metrics.dropped(error.reason, verified=error.verified)
             return
         self._seen.remember(event.id)
+        if self.ledger.shared and not await self._taken(event.id):
+            return
         if isinstance(opened, OpenedControl):
             await self._control(opened)
         else:
             await self._execute(opened, Arrival(int(now * 1000), opened.bytes_in))
+
+    async def _taken(self, event_id: str) -> bool:
+        """In a fleet every runner receives every event: True for the one that takes it to answer."""
+        try:
+            return await self._ledger(self.ledger.take_event, event_id)
+        except LedgerError as error:  # not knowing whether another runner has it: leave it (a resend comes)
+            logger.error("ledger: %s", error)
+            return False
 
     async def wait_idle(self) -> None:
         """Wait until every run this pipeline started has sent its result."""
@@ -227,6 +260,9 @@ class Pipeline:
             logger.error("planning %s failed: %s: %s", opened.event.id[:12], type(error).__name__, error)
             await self.refuse(opened, arrival, Code.UNAVAILABLE, UNPLANNED)
             return
+        if isinstance(plan, PublishInput):
+            await self._claim_publish(opened, arrival, plan, key)
+            return
         admitted = False
         try:
             admitted = await self._reserve(opened, arrival, plan, key)
@@ -287,6 +323,7 @@ class Pipeline:
         except LedgerError:
             return await self._undispatched(opened, arrival, ticket, key, UNDISPATCHED)
         await self.answers.feedback(opened.principal, opened.event.id, accepted.to_json())
+        self.metrics.accepted(self.clock() - arrival.ms / 1000)
         run = HostedRun(self._context, opened, arrival, plan, prepared, ticket, stop)
         task = asyncio.get_running_loop().create_task(run.run())
         self._tasks.add(task)
@@ -312,6 +349,95 @@ class Pipeline:
             return False
         await self.refuse(opened, arrival, Code.UNAVAILABLE, reason)
         return False
+
+    # -- publishing (§15) ---------------------------------------------------------------------
+
+    async def _claim_publish(self, opened: OpenedExecute, arrival: Arrival, found: PublishInput, key: str) -> None:
+        """Admit a publish (the trainer's own finished run, §9.5 step 5), claim it, send `accepted`, publish.
+
+        No quota, and no dispatch intent: every step of a publish can be taken again without a second `3189`,
+        so a restart rolls an unfinished publish's claim back (where a run's becomes `unknown`, runner.md §6)
+        and its retransmission is admitted afresh and finishes it.
+        """
+        try:
+            job = await self.publishing.find_run(opened.principal, found)
+        except RefusalError as refusal:
+            await self.refuse(opened, arrival, refusal.code, refusal.message)
+            return
+        try:
+            prepared = await self._ledger(
+                self.ledger.prepare,
+                opened.body,
+                opened.event.id,
+                opened.principal,
+                int(self.clock()),
+                secrets.token_hex(32),
+                created_at=opened.event.created_at,
+            )
+        except LedgerError as error:
+            prepared = Refusal(error.code, error.message)
+        if isinstance(prepared, Refusal):
+            await self.refuse(opened, arrival, prepared.code, prepared.message)
+            return
+        if isinstance(prepared, Retransmission):  # the same request, raced in on another event
+            if prepared.claim.result is not None:
+                await self.answers.result(opened.principal, opened.event.id, prepared.claim.result)
+            return
+        try:
+            accepted = await self._ledger(self.ledger.acknowledge, key)
+        except LedgerError as error:
+            try:
+                await self._ledger(self.ledger.rollback, key)
+            except LedgerError as failure:
+                logger.error("ledger: %s", failure)
+            await self.refuse(opened, arrival, Code.UNAVAILABLE, error.message)
+            return
+        await self.answers.feedback(opened.principal, opened.event.id, accepted.to_json())
+        task = asyncio.get_running_loop().create_task(self._publish(opened, arrival, prepared, job))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _publish(self, opened: OpenedExecute, arrival: Arrival, claim: Claim, job: Job) -> None:
+        """Publish, then the usage record, the result in the ledger, and the answer to every alias (§15 9–10)."""
+        published = None
+        try:
+            published = await self.publishing.publish(job)
+        except PublishError as error:
+            logger.warning(failed_line(job.key_name, error.code, error.message))
+            result = ResultBody.failed(claim.binding, claim.record, error.message, code=error.code.value)
+        except Exception as error:  # a bug must not leave the phone waiting: the publish fails plainly
+            message = f"{type(error).__name__}: {error}"
+            logger.warning(failed_line(job.key_name, Code.UNAVAILABLE, message))
+            result = ResultBody.failed(claim.binding, claim.record, message, code=Code.UNAVAILABLE.value)
+        else:
+            logger.info(published_line(job.key_name, claim.principal, published))
+            result = ResultBody.completed(claim.binding, claim.record, published.output)
+        self._usage.keep(
+            opened,
+            arrival,
+            InputFacts(action="publish"),
+            outcome=result.outcome,
+            code=result.code,
+            result=None if published is None else published.output.result.id,
+            report=None if published is None or not published.rewritten else published.report.digest,
+        )
+        try:
+            await self._ledger(self.ledger.finish, claim.key, result.outcome, answer_text(result.to_json()))
+        except ResultConflictError as error:  # settled meanwhile (a cancel): the stored result stands
+            logger.warning("result for %s: %s", claim.key_name, error.message)
+        except LedgerError as error:  # not durable, so not sent: a retransmission gets what the ledger holds
+            logger.error("ledger: %s", error)
+            return
+        crash_point("answering")
+        try:
+            settled = await self._ledger(self.ledger.lookup, claim.key)
+        except LedgerError as error:
+            logger.error("ledger: %s", error)
+            return
+        if settled is None or settled.result is None:
+            return
+        for alias in settled.aliases:
+            await self.answers.result(claim.principal, alias, settled.result)
 
     # -- refusing (§9.8) and usage (§19.1) -----------------------------------------------------
 

@@ -41,8 +41,10 @@ OTHER_RULES: Final = (
     "that test set was released under another version of the Gym's rules, so this runner can't reproduce it "
     "byte for byte"
 )
-SAME_SUITE: Final = "a validation runs a second test set; rerunning the result's own is a check"
+SAME_SUITE: Final = "that would be a check: a validation runs a second test set, and "
 ANOTHER_TOOL: Final = "the result to validate tested another tool"
+CHECK_OTHER_SUITE: Final = "the result to check ran another test set"
+CHECK_OTHER_TOOL: Final = "the result to check tested another tool"
 #: Checked packages, by manifest digest, under the state directory.
 SUITES_DIR: Final = "suites"
 
@@ -98,18 +100,29 @@ class PublishedSuites:
         except ContractError as error:
             raise RefusalError(Code.NOT_ADMITTED, f"the result to {verb} doesn't check: {error.detail}") from None
 
-    async def check_cites(self, check: str, suite_release: EventRef) -> None:
-        """A check reruns the very test set the result ran."""
-        if (await self.cited(check, "check")).suite_release.id != suite_release.id:
-            raise RefusalError(Code.NOT_ADMITTED, "the result to check ran another test set")
+    async def check_cites(self, check: str, suite_release: EventRef, subject: DefinitionRef) -> None:
+        """A check reruns the very test set the result ran (released, so its digest was reproduced when it was
+        staged) on the very tool it tested: same definition id and bytes. Whether it counts (the subject locks
+        equal, another trainer) is the readers' (wire.md §13.4, §17)."""
+        cited = await self.cited(check, "check")
+        if cited.suite_release.id != suite_release.id:
+            raise RefusalError(Code.NOT_ADMITTED, CHECK_OTHER_SUITE)
+        tested = cited.report.subject.definition
+        if (tested.id, tested.artifact.digest) != (subject.id, subject.artifact.digest):
+            raise RefusalError(Code.NOT_ADMITTED, CHECK_OTHER_TOOL)
 
     async def validation_cites(self, validates: str, suite_release: EventRef, subject: DefinitionRef) -> None:
         """A validation runs a second test set on the tool the result tested (independence is the readers')."""
         cited = await self.cited(validates, "validate")
         if cited.suite_release.id == suite_release.id:
-            raise RefusalError(Code.NOT_ADMITTED, SAME_SUITE)
+            raise RefusalError(Code.NOT_ADMITTED, same_suite(suite_release))
         if cited.report.subject.definition.id != subject.id:
             raise RefusalError(Code.NOT_ADMITTED, ANOTHER_TOOL)
+
+
+def same_suite(suite_release: EventRef) -> str:
+    """The refusal of a validation that names the result's own test set: it names the set that was sent."""
+    return f"{SAME_SUITE}the test set sent ({suite_release.id}) is the one that result ran"
 
 
 def reproduced(materialized: MaterializedSuite) -> StagedSuite:

@@ -18,6 +18,7 @@ from typing import Final, Protocol
 from eval_runner import stand_ins
 from eval_runner.contracts.outputs import Headline
 from eval_runner.contracts.refs import ArtifactRef
+from eval_runner.engine.agents import adapter_for
 from eval_runner.engine.grade.doors import JevDecisionDoor, OpenResponsesJudge, decision_pin
 from eval_runner.engine.grade.votes import Doors
 from eval_runner.engine.report.inputs import StandIn
@@ -26,12 +27,14 @@ from eval_runner.engine.suite_run import (
     DoorSettings,
     Finished,
     ProgressEvent,
+    Started,
     SuiteAuthor,
     SuitePlan,
     run_suite,
 )
 from eval_runner.errors import EvalRunnerError
 from eval_runner.service.config import Config
+from eval_runner.service.metrics import NO_METRICS, Metrics
 from eval_runner.service.requests.admission import RunPlan
 from eval_runner.service.settings import DecisionPin, JevDoorKind, os_error_text
 
@@ -120,8 +123,10 @@ class EngineSuiteRunner:
         questions: tuple[tuple[str, bytes], ...],
         extra_secrets: tuple[str, ...] = (),
         doors: Doors | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self.config = config
+        self.metrics = metrics
         self.confinement = confinement
         self.questions = questions
         self._secrets = tuple(dict.fromkeys((*config.secrets(), *extra_secrets)))
@@ -163,6 +168,8 @@ class EngineSuiteRunner:
             hidden=(self.config.state,),
             limits=Limits(disk=self.config.disk.run),
             stand_ins=self.stand_ins(),
+            defaults=plan.defaults,
+            adapter=None if self.config.agent is None else adapter_for(self.config.agent, self.config.coder),
         )
 
     def stand_ins(self) -> frozenset[StandIn]:
@@ -176,10 +183,11 @@ class EngineSuiteRunner:
         return frozenset(found)
 
     async def run(self, plan: RunPlan, *, progress: Progress, cancel: asyncio.Event, results_base: Path) -> SuiteResult:
-        finished = 0
+        finished = live = 0
 
         async def on_progress(event: ProgressEvent) -> None:
-            nonlocal finished
+            nonlocal finished, live
+            live += self._running(event)
             if isinstance(event, Finished):
                 finished += 1
                 step = progress(finished)
@@ -198,6 +206,8 @@ class EngineSuiteRunner:
             raise
         except Exception as error:  # the engine's typed errors and anything else: the run fails, plainly
             raise SuiteError(_plain(error)) from error
+        finally:
+            self.metrics.turns_running(-live)  # attempts cut off by a cancel never say Finished
         built = outcome.built
         headline = built.report.ext_eval.headline
         return SuiteResult(
@@ -209,6 +219,12 @@ class EngineSuiteRunner:
             results=outcome.results_dir,
             cancelled=outcome.cancelled,
         )
+
+    def _running(self, event: ProgressEvent) -> int:
+        """Run slots in use: +1 when an attempt starts, -1 when it has finished (graded)."""
+        delta = 1 if isinstance(event, Started) else -1
+        self.metrics.turns_running(delta)
+        return delta
 
 
 def _plain(error: Exception) -> str:
