@@ -39,6 +39,7 @@ from eval_runner.local_eval import (
     run_blocking,
     run_local,
 )
+from eval_runner.stand_ins.scripted_doors import Play, Say, ScriptedDoor
 from tests.support.paths import EXAMPLE
 
 KEY = "local-eval-test-door-key-5c1e"
@@ -485,7 +486,9 @@ async def test_a_skill_directory_runs_through_the_stand_in_door_in_both_arms(
         for case in outcome.built.scores.cases
     }
     assert passed == {("should-fire", 2, 0), ("should-not-fire", 2, 2)}
-    assert outcome.built.decision.verdict.word == "Better"
+    # (Not the verdict word: its time ceiling compares wall times of 0.2 s runs, which a loaded machine moves.)
+    headline = Report.parse_bytes((outcome.results_dir / "report.json").read_bytes()).ext_eval.headline
+    assert (headline.subject_passed, headline.baseline_passed, headline.total) == (2, 1, 2)
     report = Report.parse_bytes((outcome.results_dir / "report.json").read_bytes())
     assert report.subject.definition.id == f"{LOCAL_KEY}:brief/skill"
     assert list(temp_base.iterdir()) == []
@@ -503,3 +506,45 @@ def test_another_agent_than_coder_is_told_before_the_run_that_the_programs_stay_
     assert not any(notice.startswith("programs:") for notice in skill_only.notices)
     coder = prepare(options(out=tmp_path / "out"), env())
     assert not any(notice.startswith("programs:") for notice in coder.notices)
+
+
+def test_another_agent_than_coder_runs_no_programs_and_the_report_says_so(tmp_path: Path) -> None:
+    door = DoorSettings("http://127.0.0.1:9", KEY, "m")
+    real = {"agent": executable(tmp_path / "agent"), "door_url": "http://127.0.0.1:9", "out": tmp_path / "out"}
+    for kind in ("claude-code", "codex", "builtin"):
+        plan = prepare(options(agent_kind=kind, **real), env(**KEYED)).plan(door, tmp_path)
+        assert not plan.programs_in, kind
+        (sentence,) = plan.extra_limitations
+        assert sentence.startswith("The extension's program (codebase-brief) did not run: ")
+        assert kind in sentence
+    skill_only = prepare(options(extension=SKILL_EXAMPLE, agent_kind="claude-code", **real), env(**KEYED))
+    assert skill_only.plan(door, tmp_path).extra_limitations == ()
+    coder = prepare(options(out=tmp_path / "out"), env()).plan(door, tmp_path)
+    assert (coder.programs_in, coder.extra_limitations) == (True, ())
+    named_coder = prepare(options(agent_kind="coder", agent=real["agent"], out=tmp_path / "out"), env())
+    assert named_coder.plan(door, tmp_path).programs_in
+
+
+async def test_the_judge_asks_in_the_api_the_door_speaks(tmp_path: Path, temp_base: Path) -> None:
+    """A door with only Chat Completions and `--door-api chat`: the built-in agent and the judge graders of an
+    `evals.json` string assertion both speak it, through the real sandbox and door proxy."""
+    ext = skill_copy(tmp_path, evals_json_only=True)
+    evals = {
+        "skill_name": "brief",
+        "evals": [{"id": 1, "prompt": "Name the language of this repository.", "assertions": ["It names Rust."]}],
+    }
+    (ext / "evals" / "evals.json").write_text(json.dumps(evals))
+    plays = [Play("## Criterion", (Say("PASS"),)), Play("Name the language", (Say("It is Rust."),))]
+    async with ScriptedDoor(KEY, plays, speaks=("chat",)) as door:
+        given = options(extension=ext, door_url=door.url, door_api="chat", runs=1, out=tmp_path / "results")
+        local = prepare(given, {**KEYED, "EVAL_RUNNER_TMP": str(temp_base)})
+        assert (local.agent, local.door_api) == (BUILTIN_AGENT, DoorApi.CHAT)
+        outcome = await run_local(local)
+    assert [(attempt.arm.value, attempt.passed) for attempt in outcome.built.attempts] == [
+        ("subject", True),
+        ("baseline", True),
+    ]
+    # Per arm one agent call (after its Responses call's 404) and three judge votes, all in Chat Completions.
+    assert [call.api for call in door.calls].count("chat") == 2 * (1 + 3)
+    assert {call.api for call in door.calls} == {"chat", "other"}
+    assert door.refused == 0

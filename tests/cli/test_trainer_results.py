@@ -18,7 +18,14 @@ import pytest_asyncio
 from rich.console import Console
 
 from eval_runner.cli.trainer import published_input
-from eval_runner.cli.trainer_results import DIGEST_NOTE, publish_json, show_publish
+from eval_runner.cli.trainer_results import (
+    DIGEST_NOTE,
+    LIMIT_NOTE,
+    listing_json,
+    publish_json,
+    show_listing,
+    show_publish,
+)
 from eval_runner.contracts.answers import ResultBody
 from eval_runner.contracts.errors import Code
 from eval_runner.contracts.hosted import PublishInput
@@ -26,6 +33,7 @@ from eval_runner.contracts.outputs import PublishOutput
 from eval_runner.contracts.publication import Citation, Cites
 from eval_runner.contracts.refs import ArtifactRef, EventRef
 from eval_runner.contracts.report import Verdict, report_ref
+from eval_runner.reader.listing import Listing
 from eval_runner.trainer.binding import RunAnswer
 from eval_runner.trainer.client import Request, Trainer, build_request, published_run_input
 from tests.support.published_results import (
@@ -190,3 +198,14 @@ def test_a_publish_answer_in_words_and_json_names_both_pointers_and_the_digest_n
     out = io.StringIO()
     show_publish(Console(file=out, width=200), request, answer, trainer_pubkey=TRAINER.public_key().to_hex())
     assert "refused (not_admitted): no finished run of yours has that report" in out.getvalue()
+
+
+def test_a_listing_that_reached_its_limit_says_so_in_words_and_json() -> None:
+    out = io.StringIO()
+    show_listing(Console(file=out, width=200), Listing(SUBJECT, (), 0, limit_reached=True))
+    assert LIMIT_NOTE in out.getvalue()
+    assert "500" in LIMIT_NOTE
+    assert listing_json(Listing(SUBJECT, (), 0, limit_reached=True))["limit_reached"] is True
+    out = io.StringIO()
+    show_listing(Console(file=out, width=200), Listing(SUBJECT, (), 0))
+    assert LIMIT_NOTE not in out.getvalue()

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest_asyncio
 
 from eval_runner.cli.verify import PRODUCTION_BUCKET, blob_bases
+from eval_runner.contracts.refs import EventRef
 from tests.support.published_results import (
+    RUNNER,
     TRAINER,
     Published,
     hosted_report,
@@ -95,9 +97,11 @@ async def test_a_wrong_command_line_exits_64(world: Published) -> None:
     code, _, err = await verify(world, "ab" * 32, "--extension", "somewhere")
     assert code == 64
     assert "--rerun" in err
+    assert err.startswith("usage: eval-runner verify ")
     code, out, err = await verify(world, "not-hex", "--json")
-    assert code == 1
-    assert json.loads(out)["valid"] is None
+    assert code == 64
+    assert out == ""
+    assert err.startswith("usage: eval-runner verify ")
     assert "64-hex" in err
 
 
@@ -120,3 +124,16 @@ async def test_rerun_runs_the_test_set_here_and_shows_both_verdicts(world: Publi
     assert found["rerun"]["headline"]["total"] == 2
     assert set(found["rerun"]["stand_ins"]) == {"agent", "door"}
     assert Path(found["rerun"]["report"]).is_file()
+
+
+async def test_a_rerun_whose_tool_release_is_missing_still_shows_the_checks(world: Published, tmp_path: Path) -> None:
+    request = signed_request(TRAINER)
+    gone = EventRef(id="cd" * 32, pubkey=RUNNER.public_key().to_hex(), kind=3184)
+    event = result_event(hosted_report(world, request, tool=gone), request)
+    await world.relay.publish(event)
+    code, out, err = await verify(world, event.id, "--rerun", "--out", str(tmp_path / "out"))
+    assert code == 1, err
+    assert f"Result {event.id}" in out, "the table of checks comes first"
+    assert "reader checks" in out
+    assert f"Rerun      did not run: the release {gone.id} by {gone.pubkey} isn't on the relay" in out
+    assert out.index("reader checks") < out.index("Rerun      did not run")

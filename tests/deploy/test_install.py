@@ -11,6 +11,7 @@ real one where the host has it.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import stat
 import subprocess
@@ -26,7 +27,8 @@ from tests.support.sandboxed_runs import fresh_temp_root
 
 INSTALL = REPO / "deploy" / "install.sh"
 UNIT = "eval-runner.service"
-DOOR_KEY = "door-key-install-never-kept-41c9"
+#: Made per session: the installed tree holds this very file, so a literal key would be found in it.
+DOOR_KEY = f"door-key-install-{secrets.token_hex(8)}"
 BOUND = 300
 GIT = ("git", "-c", "user.name=install test", "-c", "user.email=install@invalid", "-c", "commit.gpgsign=false")
 STAND_IN_SYSTEMCTL = """#!/bin/sh

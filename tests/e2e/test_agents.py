@@ -33,6 +33,7 @@ from eval_runner.engine.testset.cases import load_suite
 from eval_runner.engine.testset.catalog import Skill, resolve_extension
 from eval_runner.local_eval import EvalRunOptions, LocalEvalError, prepare, run_local
 from eval_runner.stand_ins.scripted_doors import APIS, Play, Say, ScriptedDoor, Shell, Tool
+from tests.support.outside_parts import unavailable
 from tests.support.paths import EXAMPLE
 from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
 
@@ -163,7 +164,7 @@ async def test_the_real_agent_uses_the_skill_in_the_with_arm_only(
 ) -> None:
     agent = AGENTS.get(name) or OURS[name]
     if not installed(agent.program):
-        pytest.skip(f"{name} is not installed: run scripts/agents")
+        unavailable(f"{name} is not installed: run scripts/agents")
     example = resolve_extension(EXAMPLE)
     subject = dataclasses.replace(example.subject, programs=(), skills=(Skill("brief", SKILL_MD),))
     plays = [
@@ -258,7 +259,7 @@ async def test_eval_run_tests_the_example_skill_with_the_real_agent(name: str, t
     """`eval run examples/brief --agent-kind KIND --door-url URL --door-key-env NAME`, as a person runs it."""
     agent = AGENTS[name]
     if not installed(agent.program):
-        pytest.skip(f"{name} is not installed: run scripts/agents")
+        unavailable(f"{name} is not installed: run scripts/agents")
     plays = [
         Play("overview of the repository", agent.moves, when_listed=EXAMPLE_LISTED),
         Play("overview of the repository", agent.without, unless_listed=EXAMPLE_LISTED),
@@ -300,7 +301,7 @@ def test_the_demo_runs_the_hosted_path_with_the_real_agent(name: str, tmp_path: 
     scripted door (the stand-in door for the built-in agent); the report says only the door was a stand-in."""
     program = AGENTS[name].program if name in AGENTS else BUILTIN_AGENT
     if not installed(program):
-        pytest.skip(f"{name} is not an executable file at {program}")
+        unavailable(f"{name} is not an executable file at {program}")
     state = tmp_path / "state"
     env = {key: value for key, value in os.environ.items() if not key.startswith(("EVAL_RUNNER_", "CODER_"))}
     env["EVAL_RUNNER_STATE"] = str(state)

@@ -69,6 +69,25 @@ def test_a_subject_that_is_a_default_adds_nothing_so_both_arms_hold_the_same(tmp
     assert guidance(tool, case, Arm.SUBJECT, defaults) == guidance(tool, case, Arm.BASELINE, defaults)
 
 
+def test_a_new_version_of_an_adopted_tool_is_what_its_arm_runs(tmp_path: Path) -> None:
+    adopted = subject()
+    record = b'{"v": 2, "slug": "repo-map"}\n'
+    newer = dataclasses.replace(
+        adopted,
+        definition=DefinitionRef(
+            id=adopted.definition.id,
+            artifact=ArtifactRef.of_bytes(record, "application/json", "openagents.coder-package.v1"),
+        ),
+        programs=tuple(Program(p.slug, p.data + b" ") for p in adopted.programs),
+        skills=tuple(Skill(s.name, s.data + b"\nNewer.\n") for s in adopted.skills),
+    )
+    assert newer.programs and newer.skills
+    defaults = AdoptedDefaults(release=RELEASE, lock=LOCK, subjects=(adopted,))
+    assert not defaults.holds(newer)
+    assert admitted(newer, Arm.BASELINE, defaults) == (adopted.programs, adopted.skills)
+    assert admitted(newer, Arm.SUBJECT, defaults) == (newer.programs, newer.skills)
+
+
 def test_both_locks_and_the_report_name_the_defaults(tmp_path: Path) -> None:
     evals = write_cases(tmp_path / "evals", TWO_CASES)
     plain = build_report(inputs(evals))

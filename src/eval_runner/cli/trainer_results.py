@@ -39,11 +39,14 @@ from eval_runner.contracts.hosted import PublishInput
 from eval_runner.contracts.strict_json import JsonValue
 from eval_runner.engine.verdict.gate import Verdict
 from eval_runner.nostr import SecretKey
-from eval_runner.reader.listing import Entry, Listing, list_results
+from eval_runner.reader.listing import RESULTS_LIMIT, Entry, Listing, list_results
 from eval_runner.reader.verify import ReaderError
 from eval_runner.service.relay.connection import RelayClient
 from eval_runner.trainer.client import PUBLISH_SECONDS, Request, RunAnswer, Trainer, TrainerError, subject_ref
 
+LIMIT_NOTE: Final = (
+    f"Only the newest {RESULTS_LIMIT} published results on the relay were read: older ones are not listed here."
+)
 DIGEST_NOTE: Final = (
     "A draft test set is released first and the report rewritten to name it, so the published report's digest "
     "can differ from the run's."
@@ -240,6 +243,8 @@ def show_listing(console: Console, listing: Listing) -> None:
         console.print(table)
     if listing.unreadable:
         say(console, f"{listing.unreadable} published result(s) on the relay did not pass the reader checks.")
+    if listing.limit_reached:
+        say(console, LIMIT_NOTE)
 
 
 def listing_json(listing: Listing) -> dict[str, JsonValue]:
@@ -272,6 +277,7 @@ def listing_json(listing: Listing) -> dict[str, JsonValue]:
     return {
         "subject": listing.subject.to_json(),
         "unreadable": listing.unreadable,
+        "limit_reached": listing.limit_reached,
         "groups": [
             {
                 "suite": found.suite_digest,

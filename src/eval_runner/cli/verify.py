@@ -29,6 +29,7 @@ from eval_runner.cli.destination import PRODUCTION_RELAY, RELAY_ENV, is_loopback
 from eval_runner.cli.eval_run import ENVIRONMENT as EVAL_RUN_ENVIRONMENT
 from eval_runner.cli.parser import USAGE, Commands, UsageError, Variable, env_default, environment, fixed_default
 from eval_runner.cli.render import ProgressView
+from eval_runner.contracts.shape import HEX64
 from eval_runner.contracts.strict_json import JsonValue
 from eval_runner.engine.suite_run import SuiteOutcome
 from eval_runner.engine.testset.catalog import PACKAGE_FILE, PROGRAMS_DIR, SKILLS_DIR, CatalogError, resolve_extension
@@ -115,7 +116,7 @@ def register(commands: Commands) -> None:
         default=DEFAULT_OUT,
         help="--rerun: where results go " + fixed_default(DEFAULT_OUT),
     )
-    parser.set_defaults(handler=_verify)
+    parser.set_defaults(handler=lambda args: _verify(args, parser.format_usage()))
 
 
 def blob_bases(relay: str, given: Sequence[str] | None) -> list[str]:
@@ -141,29 +142,41 @@ class Rerun:
     error: str | None
 
 
-def _verify(args: argparse.Namespace) -> int:
+def _verify(args: argparse.Namespace, usage: str) -> int:
+    """Read and show the result; a wrong command line (a RESULT_ID that is not 64 hex too) exits 64 with the
+    usage line, as argparse's own errors do."""
     err = Console(stderr=True, highlight=False)
     relay = args.relay or os.environ.get(RELAY_ENV) or PRODUCTION_RELAY
     try:
+        if HEX64.fullmatch(args.result) is None:
+            raise UsageError(f"RESULT_ID must be the 64-hex id of a published result (3189), not {args.result!r}")
         if not relay.startswith(("ws://", "wss://")):
             raise UsageError(f"the relay must be a ws:// or wss:// URL, not {relay!r}")
         if args.extension is not None and not args.rerun:
             raise UsageError("--extension is the tool a --rerun runs; pass --rerun too")
         bases = blob_bases(relay, args.blossom)
     except (UsageError, BlobError) as error:
-        _say(err, f"{PROG}: {error}")
+        sys.stderr.write(usage)
+        _say(err, f"{PROG}: error: {error}")
         return USAGE
     with tempfile.TemporaryDirectory(prefix="eval-runner-verify-") as temp:
         tool = Path(temp) / "tool"
         tool.mkdir()
         try:
-            found = asyncio.run(_read(relay, bases, args.result, tool, rerun=args.rerun, extension=args.extension))
+            found_and_tool = asyncio.run(
+                _read(relay, bases, args.result, tool, rerun=args.rerun, extension=args.extension)
+            )
         except (ReaderError, BlobError) as error:
             if args.json:
                 _emit({"result": args.result, "valid": None, "error": error.message})
             _say(err, f"{PROG}: {error.message}")
             return 1
-        rerun = _rerun(args, tool, err) if args.rerun and found.suite is not None else None
+        found, tool_error = found_and_tool
+        rerun = None
+        if tool_error is not None:  # the checks are shown; the rerun names why it could not run
+            rerun = Rerun(None, tool_error)
+        elif args.rerun and found.suite is not None:
+            rerun = _rerun(args, tool, err)
     if args.json:
         _emit(verification_json(found, relay, bases, rerun))
     else:
@@ -173,23 +186,27 @@ def _verify(args: argparse.Namespace) -> int:
 
 async def _read(
     relay: str, bases: list[str], result: str, tool: Path, *, rerun: bool, extension: Path | None
-) -> Verification:
-    """Verify (the test set lands in `<tool>/evals`); for a rerun, put the tool's files beside it."""
+) -> tuple[Verification, str | None]:
+    """Verify (the test set lands in `<tool>/evals`); for a rerun, put the tool's files beside it. A tool that
+    cannot be had is said beside the verification (second), so its checks are still shown."""
     client = RelayClient(relay, SecretKey.generate())  # a throwaway key: only for relays that ask NIP-42
     async with BlobStore(bases) as blobs:
         reader = Reader(client, blobs)
         found = await reader.verify(result, tool)
         published = found.publication
         if rerun and found.suite is not None and published is not None:
-            if extension is not None:
-                _copy_tool(extension, tool)
-            elif published.subject_release is not None:
-                for path, data in (await tool_files(reader, published.subject_release)).items():
-                    (tool / path).parent.mkdir(parents=True, exist_ok=True)
-                    (tool / path).write_bytes(data)
-            else:
-                raise ReaderError("input", "the result's tool has no release: pass --extension DIR to --rerun")
-    return found
+            try:
+                if extension is not None:
+                    _copy_tool(extension, tool)
+                elif published.subject_release is not None:
+                    for path, data in (await tool_files(reader, published.subject_release)).items():
+                        (tool / path).parent.mkdir(parents=True, exist_ok=True)
+                        (tool / path).write_bytes(data)
+                else:
+                    return found, "the result's tool has no release: pass --extension DIR to --rerun"
+            except (ReaderError, BlobError) as error:
+                return found, error.message
+    return found, None
 
 
 def _copy_tool(extension: Path, tool: Path) -> None:

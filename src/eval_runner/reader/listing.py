@@ -5,12 +5,18 @@ it (wire.md §16.4 "Listing", §17). Results of different test sets are never ra
 Readers fetch `{"kinds": [3189], "#t": ["oa:ext-eval:v1"]}`, read every event with the reader checks, keep
 those whose subject is the tool (id and artifact digest, as the runner matches a tool), and credit every
 result that cites one of them. A result that does not read is counted, never shown as evidence.
+
+What one listing asks of the relay is bounded: at most `RESULTS_LIMIT` results (the newest, as a relay
+answers a `limit`; the listing says when the bound was reached, so older ones may be missing) and the
+releases they name in queries of at most `IDS_PER_QUERY` ids.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from eval_runner.contracts.errors import ContractError
 from eval_runner.contracts.package import RELEASE_KIND, Release, read_release
@@ -19,6 +25,11 @@ from eval_runner.contracts.refs import DefinitionRef, EventRef
 from eval_runner.nostr import Event, Filter
 from eval_runner.reader.credit import Credit, credit, trainer_of
 from eval_runner.reader.verify import Relay, query
+
+#: Published results one listing reads at most (a relay gives the newest).
+RESULTS_LIMIT: Final = 500
+#: Release ids asked for in one query.
+IDS_PER_QUERY: Final = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +60,13 @@ class SuiteGroup:
 
 @dataclass(frozen=True, slots=True)
 class Listing:
-    """A tool's results by test set, and how many published results did not pass the reader checks."""
+    """A tool's results by test set, how many published results did not pass the reader checks, and whether
+    the relay gave as many results as one listing reads (`limit_reached`: older ones may be left out)."""
 
     subject: DefinitionRef
     groups: tuple[SuiteGroup, ...]
     unreadable: int
+    limit_reached: bool = False
 
 
 def tested(result: Publication, subject: DefinitionRef) -> bool:
@@ -116,9 +129,11 @@ def _release(releases: Mapping[str, Release], pointer: EventRef | None) -> Relea
     return found if found is not None and pointer is not None and found.pubkey == pointer.pubkey else None
 
 
-async def list_results(relay: Relay, subject: DefinitionRef) -> Listing:
-    """Every published result of `subject` on `relay`, grouped by test set."""
-    events = await query(relay, Filter.build(kinds=[PUBLICATION_KIND], tags={"t": [PROFILE_MARKER]}))
+async def list_results(
+    relay: Relay, subject: DefinitionRef, *, limit: int = RESULTS_LIMIT, ids_per_query: int = IDS_PER_QUERY
+) -> Listing:
+    """The published results of `subject` on `relay` (of the newest `limit` results), grouped by test set."""
+    events = await query(relay, Filter.build(kinds=[PUBLICATION_KIND], tags={"t": [PROFILE_MARKER]}, limit=limit))
     results, unreadable = read_all(events)
     wanted = {
         pointer.id
@@ -127,11 +142,14 @@ async def list_results(relay: Relay, subject: DefinitionRef) -> Listing:
         if pointer is not None
     }
     releases: dict[str, Release] = {}
-    if wanted:
-        for event in await query(relay, Filter.build(ids=sorted(wanted), kinds=[RELEASE_KIND])):
+    ids = sorted(wanted)
+    for start in range(0, len(ids), ids_per_query):
+        chunk = ids[start : start + ids_per_query]
+        for event in await query(relay, Filter.build(ids=chunk, kinds=[RELEASE_KIND], limit=len(chunk))):
             try:
                 release = read_release(event)
             except ContractError:
                 continue
             releases[release.id] = release
-    return group(results, subject, releases, unreadable)
+    listing = group(results, subject, releases, unreadable)
+    return dataclasses.replace(listing, limit_reached=len(events) >= limit)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from eval_runner.engine.run.collect import remove_tree
 from eval_runner.engine.run.door_proxy import DoorProxy
-from eval_runner.engine.run.door_usage import AnswerReader, AnswerUsage
+from eval_runner.engine.run.door_usage import MAX_JSON_BYTES, AnswerReader, AnswerUsage
 from eval_runner.stand_ins.scripted_doors import Play, Say, ScriptedDoor, Tool
 
 KEY = "sk-usage-door-key-9"
@@ -90,6 +90,28 @@ def test_a_whole_answer_of_each_api() -> None:
         5, 6, 1.0, reported=True
     )
     assert read("application/json", [b'{"input_tokens":12}']) == AnswerUsage()  # count_tokens: not a model call
+
+
+@pytest.mark.parametrize(("data", "found"), [(ANTHROPIC, (120, 7, None)), (RESPONSES, (50, 5, 0.25))])
+def test_a_stream_fed_a_byte_at_a_time_finds_every_event_end(data: bytes, found: tuple[int, int, float | None]) -> None:
+    """Each search resumes where the last stopped: an end mark split over chunks (`\r\n` | `\r\n`) is found."""
+    usage = read("text/event-stream", [data[at : at + 1] for at in range(len(data))])
+    assert (usage.input_tokens, usage.output_tokens, usage.cost_usd) == found
+
+
+def test_four_mib_of_small_chunks_are_read_whole() -> None:
+    """An event just under the bound, then the usage, in 256-byte chunks (the bench times it: bench/door_usage)."""
+    filler = {"type": "content_block_delta", "delta": {"text": "x" * (MAX_JSON_BYTES - 1024)}}
+    data = sse([filler]) + ANTHROPIC
+    usage = read("text/event-stream", [data[at : at + 256] for at in range(0, len(data), 256)])
+    assert (usage.input_tokens, usage.output_tokens) == (120, 7)
+    whole = json.dumps({"usage": {"prompt_tokens": 9, "completion_tokens": 3}, "pad": "y" * (MAX_JSON_BYTES - 100)})
+    body = whole.encode()
+    assert read("application/json", [body[at : at + 256] for at in range(0, len(body), 256)]) == AnswerUsage(
+        9, 3, reported=True
+    )
+    over = body + b" " * 100
+    assert read("application/json", [over[at : at + 256] for at in range(0, len(over), 256)]) == AnswerUsage()
 
 
 @given(st.binary(max_size=300), st.sampled_from(["text/event-stream", "application/json", ""]))

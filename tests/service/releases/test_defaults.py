@@ -26,7 +26,7 @@ from eval_runner.contracts.strict_json import JsonValue, digest_bytes
 from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import Event, SecretKey
 from eval_runner.service.relay.connection import RelayClient
-from eval_runner.service.releases.defaults import NONE_LINE, DefaultsReader, Reading, https_get, locate
+from eval_runner.service.releases.defaults import NONE_LINE, OTHERS, DefaultsReader, Reading, https_get, locate
 from tests.support.captured_logs import captured_logs
 from tests.support.coder_defaults import Adoption, adoption, locator_event
 from tests.support.paths import EXAMPLE
@@ -192,6 +192,97 @@ async def test_a_relay_that_cannot_be_read_reads_as_no_defaults(tmp_path: Path) 
         )
         assert await found.read() == Reading()
     assert [line.split(":")[0] for line in logs.matching("defaults")] == ["defaults not read"]
+
+
+# --- what a reading may cost --------------------------------------------------------------------------
+
+
+class Hanging(Fetches):
+    """Fetches where `slow` URLs never answer (a host that holds the connection open)."""
+
+    def __init__(self, answers: dict[str, tuple[int, bytes]], slow: set[str]) -> None:
+        super().__init__(answers)
+        self.slow = slow
+        self.never = asyncio.Event()
+
+    async def __call__(self, url: str, limit: int) -> tuple[int, bytes]:
+        if url in self.slow:
+            self.asked.append(url)
+            await self.never.wait()
+        return await super().__call__(url, limit)
+
+
+async def test_documents_fetched_once_are_kept_for_every_later_reading(relay: str, tmp_path: Path) -> None:
+    operator = SecretKey.generate()
+    now = int(time.time())
+    made = adoption(operator, adopted_subject(), now=now - 5)
+    urls = {"https://docs.example/m": made.manifest, "https://docs.example/a": made.admission}
+    await publish(relay, made.release, *(locator_event(operator, data, url, now - 4) for url, data in urls.items()))
+    fetches = Fetches({url: (200, data) for url, data in urls.items()})
+    found = reader(relay, operator.public_key().to_hex(), tmp_path / "none", fetches)
+    for _ in range(3):
+        reading = await found.read()
+        assert reading.defaults is not None
+        assert reading.defaults.subjects() == (TOOL_RELEASE.id,)
+    assert sorted(fetches.asked) == sorted(urls), "each document fetched once, by the first reading"
+
+
+async def test_the_roots_own_locators_come_first_and_few_others_are_tried(relay: str, tmp_path: Path) -> None:
+    operator, stranger = SecretKey.generate(), SecretKey.generate()
+    now = int(time.time())
+    made = adoption(operator, adopted_subject(), now=now - 50)
+    good = {"https://docs.example/m": made.manifest, "https://docs.example/a": made.admission}
+    # A stranger's locators, newer than the root's, at a host that answers nothing useful.
+    noise = [
+        locator_event(stranger, data, f"https://slow.example/{name}/{number}", now - 10 + number)
+        for number in range(8)
+        for name, data in (("m", made.manifest), ("a", made.admission))
+    ]
+    await publish(
+        relay,
+        made.release,
+        *(locator_event(operator, data, url, now - 40) for url, data in good.items()),
+        *noise,
+    )
+    fetches = Fetches({url: (200, data) for url, data in good.items()})
+    reading = await reader(relay, operator.public_key().to_hex(), tmp_path / "none", fetches).read()
+    assert reading.defaults is not None
+    assert reading.defaults.subjects() == (TOOL_RELEASE.id,)
+    assert sorted(fetches.asked) == sorted(good), "the root's own locators sufficed: no stranger's was asked"
+
+    # Another root that published no locator: of the stranger's sixteen, at most OTHERS are tried per reading.
+    other = SecretKey.generate()
+    made_too = adoption(other, adopted_subject(), now=now - 50)
+    await publish(
+        relay,
+        made_too.release,
+        *(locator_event(stranger, made_too.manifest, f"https://slow.example/x/{n}", now - 9 + n) for n in range(16)),
+    )
+    fetches = Fetches({})
+    found = reader(relay, other.public_key().to_hex(), tmp_path / "none", fetches)
+    assert (await found.read()).defaults is None
+    assert len(fetches.asked) == OTHERS
+    assert (await found.read()).defaults is None
+    assert len(fetches.asked) == 2 * OTHERS
+    assert len(set(fetches.asked)) == 2 * OTHERS, "a URL tried is not tried again at the next reading"
+
+
+async def test_gathering_stops_at_its_bound_and_says_so_once(relay: str, tmp_path: Path) -> None:
+    operator = SecretKey.generate()
+    now = int(time.time())
+    made = adoption(operator, adopted_subject(), now=now - 5)
+    slow = {"https://slow.example/one", "https://slow.example/two"}
+    await publish(relay, made.release, *(locator_event(operator, made.manifest, url, now - 4) for url in sorted(slow)))
+    fetches = Hanging({}, slow)
+    with captured_logs() as logs:
+        found = reader(relay, operator.public_key().to_hex(), tmp_path / "none", fetches, gather_seconds=0.3)
+        assert (await found.read()).defaults is None  # no manifest: no release read, the run goes ahead
+        assert await found.for_run() is None  # the other slow host, cut off again
+    assert sorted(fetches.asked) == sorted(slow)
+    assert logs.matching("not gathered within") == [
+        "defaults documents: 1 not gathered within 0.3 s; read with what is held "
+        "(a release without its manifest is skipped, a dependency without its admission lapsed)"
+    ]
 
 
 # --- the fetcher's bounds --------------------------------------------------------------------------------

@@ -9,11 +9,13 @@ before it was sent, then the pointers).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
 
 from eval_runner.contracts.outputs import PublishOutput, RunOutput
+from eval_runner.contracts.package import RELEASE_KIND
 from eval_runner.contracts.publication import MAX_EVENT_MESSAGE_BYTES
 from eval_runner.contracts.refs import ArtifactRef
 from eval_runner.contracts.report import REPORT_SCHEMA
@@ -23,7 +25,7 @@ from eval_runner.nostr import Event
 from eval_runner.service.requests.publish import NO_FINISHED_RUN, TOO_LARGE
 from eval_runner.service.usage import read as read_usage
 from tests.support.paths import EXAMPLE
-from tests.support.publishing import publish_input, results_on
+from tests.support.publishing import publish_input, results_on, stored
 from tests.support.stand_in_results import PublishingService, publishing_service
 from tests.support.trainer_side import Trainer, catalog_tool, draft, example_case, run_input
 
@@ -59,6 +61,7 @@ async def test_a_result_the_relay_could_not_hold_fails_too_large_and_publishes_n
         failed = await phone.result(asked)
         assert (failed.outcome, failed.code, failed.message) == ("failed", "too_large", TOO_LARGE)
         assert await results_on(service.url) == []
+        assert await stored(service.url, [RELEASE_KIND]) == [], "the draft's test set is not released first"
         job = service.ledger.jobs()[0]
         assert (job.published, job.publishing) == (None, None), "nothing was recorded for a result never sent"
         assert f"publish {job.key_name} failed: too_large: {TOO_LARGE}" in service.logs.text
@@ -112,3 +115,21 @@ async def test_a_run_whose_results_no_longer_check_is_not_published(tmp_path: Pa
         other, _ = await phone.run(publish_input(ArtifactRef.of_bytes(b"{}", REPORT_MEDIA, REPORT_SCHEMA)), "req-other")
         assert (await phone.result(other)).message == NO_FINISHED_RUN
         assert await results_on(service.url) == []
+
+
+async def test_publishes_of_one_run_take_turns_and_leave_no_lock_behind(tmp_path: Path) -> None:
+    async with publishing_service(tmp_path, CATALOG) as service, Trainer(service.url, service.runner) as phone:
+        value = run_input(TOOL, draft(catalog_tool(TOOL), [example_case("greeting")]))
+        ran_event, _ = await phone.run(value, "req-run")
+        ran = await phone.result(ran_event)
+        assert isinstance(ran.output, RunOutput)
+        publishing = service.pipeline.publishing
+        job = service.ledger.jobs()[0]
+        first, second = await asyncio.gather(publishing.publish(job), publishing.publish(job))
+        assert first.output == second.output, "the second waited for the first and found what it published"
+        assert publishing.under_way == (), "a finished publish keeps no lock"
+        assert len(await stored(service.url, [RELEASE_KIND])) == 1
+        assert len(await results_on(service.url)) == 1
+        third = await publishing.publish(service.ledger.jobs()[0])
+        assert third.output == first.output
+        assert publishing.under_way == ()

@@ -57,40 +57,53 @@ class AnswerUsage:
 
 
 class AnswerReader:
-    """Reads one answer's usage from its bytes as they pass; `finish()` gives what it found."""
+    """Reads one answer's usage from its bytes as they pass; `finish()` gives what it found.
 
-    __slots__ = ("_buffer", "_found", "_over", "_stream")
+    The bytes are kept in one `bytearray` (appended to, and cut at the front as events are read) and a stream
+    is searched for an event's end only past where the last search stopped, so an answer of many small
+    chunks is read in time linear in its size, not quadratic."""
+
+    __slots__ = ("_buffer", "_found", "_over", "_scanned", "_stream")
 
     def __init__(self, content_type: str) -> None:
         self._stream = content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
-        self._buffer = b""
+        self._buffer = bytearray()
+        #: How far into `_buffer` no event's end can begin (the next search starts there).
+        self._scanned = 0
         self._over = False
         self._found = AnswerUsage()
 
     def feed(self, chunk: bytes) -> None:
         if self._over:
             return
-        self._buffer += chunk
+        buffer = self._buffer
+        buffer += chunk
         if not self._stream:
-            if len(self._buffer) > MAX_JSON_BYTES:
-                self._over, self._buffer = True, b""
+            if len(buffer) > MAX_JSON_BYTES:
+                self._over = True
+                buffer.clear()
             return
         while True:
-            end = _event_end(self._buffer)
+            end = _event_end(buffer, self._scanned)
             if end is None:
+                # A mark is at most 4 bytes: one that began in the last 3 bytes may still be completed.
+                self._scanned = max(0, len(buffer) - 3)
                 break
-            event, self._buffer = self._buffer[: end[0]], self._buffer[end[1] :]
-            self._event(event)
-        if len(self._buffer) > MAX_JSON_BYTES:
-            self._buffer = b""  # an event past the bound is skipped, the rest still read
+            self._event(bytes(buffer[: end[0]]))
+            del buffer[: end[1]]  # a bytearray cut at the front is not copied again
+            self._scanned = 0
+        if len(buffer) > MAX_JSON_BYTES:
+            buffer.clear()  # an event past the bound is skipped, the rest still read
+            self._scanned = 0
 
     def finish(self) -> AnswerUsage:
         if self._stream:
             if self._buffer.strip():
-                self._event(self._buffer)
+                self._event(bytes(self._buffer))
         elif not self._over:
-            self._read(_json(self._buffer))
-        self._buffer = b""
+            self._read(_json(bytes(self._buffer)))
+        self._buffer.clear()
+        self._scanned = 0
         return self._found
 
     def _event(self, event: bytes) -> None:
@@ -134,9 +147,10 @@ class AnswerReader:
             found.cost_usd = (found.cost_usd or 0.0) + float(cost)
 
 
-def _event_end(buffer: bytes) -> tuple[int, int] | None:
-    """Where the first complete event ends and the next begins (a blank line, LF or CRLF)."""
-    ends = [(at, at + len(mark)) for mark in (b"\n\n", b"\r\n\r\n") if (at := buffer.find(mark)) >= 0]
+def _event_end(buffer: bytearray, start: int = 0) -> tuple[int, int] | None:
+    """Where the first complete event ends and the next begins (a blank line, LF or CRLF), searching from
+    `start` (no mark begins before it)."""
+    ends = [(at, at + len(mark)) for mark in (b"\n\n", b"\r\n\r\n") if (at := buffer.find(mark, start)) >= 0]
     return min(ends) if ends else None
 
 

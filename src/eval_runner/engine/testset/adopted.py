@@ -36,16 +36,19 @@ class AdoptedDefaults:
         )
 
     def admitted(self, subject: Subject | None) -> tuple[tuple[Program, ...], tuple[Skill, ...]]:
-        """The programs and skills an arm admits: the defaults', then `subject`'s (None for the baseline)
-        where no default already has one of that slug or name."""
+        """The programs and skills an arm admits: the defaults', then `subject`'s (None for the baseline). A
+        subject's program or skill of a default's slug or name takes the default's place, so a new version of
+        an adopted tool is what its arm runs (and what its lock names), not the adopted one."""
         programs: dict[str, Program] = {}
         skills: dict[str, Skill] = {}
-        extra = () if subject is None or self.holds(subject) else (subject,)
-        for held in (*self.subjects, *extra):
+        for held in self.subjects:
             for program in held.programs:
                 programs.setdefault(program.slug, program)
             for skill in held.skills:
                 skills.setdefault(skill.name, skill)
+        if subject is not None and not self.holds(subject):
+            programs.update((program.slug, program) for program in subject.programs)
+            skills.update((skill.name, skill) for skill in subject.skills)
         return tuple(programs.values()), tuple(skills.values())
 
     def lock_json(self) -> dict[str, JsonValue]:

@@ -12,6 +12,13 @@ made, `ToolReleases`) is the adopted release; others are named as not held and a
 Reading never refuses a run: a relay that cannot be read is said in the log (`defaults not read: …`) and
 the run goes ahead with no defaults. The `defaults …` line is said at the first reading and again only
 when the release changes (to or from none too).
+
+Admission reads the defaults for every run, so what a reading costs is bounded whatever anyone publishes:
+documents are content-addressed, so the reader keeps each one it fetched (by digest, in memory) and never
+asks for it again; the root's own locators are tried first and at most `OTHERS` of anyone else's per
+reading (a locator URL tried is not tried again for `RETRY_SECONDS`); and gathering stops at
+`GATHER_SECONDS`, the run going ahead with the documents held (a release whose manifest is missing is not
+read, an admission missing leaves its dependency lapsed, as §12 reads them), which is said once.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import logging
 import stat
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 from urllib.parse import urlsplit
@@ -51,6 +58,15 @@ LIMIT: Final = 100
 PASSES: Final = 2
 #: The bound on one locator fetch, connection to last byte.
 FETCH_SECONDS: Final = 15.0
+#: The bound on gathering one reading's documents (every locator query and fetch together).
+GATHER_SECONDS: Final = 20.0
+#: Locators by others than the defaults root fetched in one reading (the root's own are tried first, all).
+OTHERS: Final = 3
+#: A locator URL once tried is not tried again for this long (one that worked left its document kept).
+RETRY_SECONDS: Final = 600.0
+#: Documents, and tried URLs, a reader keeps between readings at most.
+KEPT_DOCUMENTS: Final = 64
+KEPT_URLS: Final = 1024
 NONE_LINE: Final = "defaults none published; the baseline arm admits nothing"
 
 logger = logging.getLogger(__name__)
@@ -162,24 +178,75 @@ async def locate(url: str, digest: str, *, get: HttpGet = https_get, seconds: fl
     return body
 
 
+@dataclass(slots=True)
+class Kept:
+    """What a reader keeps between readings: documents fetched, by digest (content-addressed, so never stale),
+    and when each locator URL was last tried."""
+
+    documents: dict[str, bytes] = field(default_factory=dict)
+    tried: dict[str, float] = field(default_factory=dict)
+
+    def keep(self, held: Mapping[str, bytes], wanted: Sequence[str], now: float) -> None:
+        """Keep the documents still wanted (at most `KEPT_DOCUMENTS`) and the URLs tried within the retry window."""
+        self.documents = {digest: held[digest] for digest in wanted[:KEPT_DOCUMENTS] if digest in held}
+        recent = sorted(((at, url) for url, at in self.tried.items() if now - at < RETRY_SECONDS), reverse=True)
+        self.tried = {url: at for at, url in recent[:KEPT_URLS]}
+
+
+@dataclass(frozen=True, slots=True)
+class Gathered:
+    """The documents a reading holds, and whether gathering was cut off at its bound."""
+
+    documents: dict[str, bytes]
+    late: bool = False
+
+
 async def gather_documents(
     relay: DefaultsRelay,
     releases: Sequence[Event],
     directory: Path | None,
     *,
+    root: str,
+    kept: Kept | None = None,
+    now: float | None = None,
     get: HttpGet = https_get,
     seconds: float = FETCH_SECONDS,
-) -> dict[str, bytes]:
-    """The documents `releases` pin: the directory's, then up to two passes over the locators for the
-    digests still missing. A locator query that fails only ends the search."""
+    within: float = GATHER_SECONDS,
+) -> Gathered:
+    """The documents `releases` pin: the directory's and those `kept`, then up to two passes over the locators
+    for the digests still missing (the root's first, at most `OTHERS` others), all within `within` seconds:
+    past it, what is held so far. A locator query that fails only ends the search."""
     held = await asyncio.to_thread(read_directory, directory)
+    memory = kept if kept is not None else Kept()
+    for digest, data in memory.documents.items():
+        held.setdefault(digest, data)
+    try:
+        async with asyncio.timeout(within):
+            await _locate_missing(relay, releases, held, root=root, kept=memory, now=now, get=get, seconds=seconds)
+    except TimeoutError:
+        return Gathered(held, late=True)
+    return Gathered(held)
+
+
+async def _locate_missing(
+    relay: DefaultsRelay,
+    releases: Sequence[Event],
+    held: dict[str, bytes],
+    *,
+    root: str,
+    kept: Kept,
+    now: float | None,
+    get: HttpGet,
+    seconds: float,
+) -> None:
+    others = OTHERS
     for _ in range(PASSES):
         missing = {digest for event in releases for digest in wanted_digests(event, held) if digest not in held}
         if not missing:
             break
         hexes = sorted(digest.removeprefix("sha256:") for digest in missing)
         try:
-            locators = await relay.query(Filter.build(kinds=[LOCATOR_KIND], tags={"x": hexes}, limit=LIMIT))
+            locators = await _locators(relay, hexes, root)
         except RelayError:
             break
         for locator in locators:
@@ -187,12 +254,27 @@ async def gather_documents(
             if url is None or hex_digest is None:
                 continue
             digest = f"sha256:{hex_digest}"
-            if digest in held or digest not in missing:
+            if digest in held or digest not in missing or not https_only(url):
                 continue
+            at = time.time() if now is None else now
+            if at - kept.tried.get(url, -RETRY_SECONDS) < RETRY_SECONDS:
+                continue
+            if locator.pubkey != root:
+                if others == 0:
+                    continue
+                others -= 1
+            kept.tried[url] = at  # before the fetch: one cut off by the bound is not asked again at once
             found = await locate(url, digest, get=get, seconds=seconds)
             if found is not None:
                 held[digest] = found
-    return held
+
+
+async def _locators(relay: DefaultsRelay, hexes: list[str], root: str) -> list[Event]:
+    """Locators of `hexes`: the root's own first (their own query, so others' cannot crowd them out), then
+    everyone else's as the relay gives them."""
+    own = await relay.query(Filter.build(kinds=[LOCATOR_KIND], authors=[root], tags={"x": hexes}, limit=LIMIT))
+    every = await relay.query(Filter.build(kinds=[LOCATOR_KIND], tags={"x": hexes}, limit=LIMIT))
+    return [event for event in own if event.pubkey == root] + [event for event in every if event.pubkey != root]
 
 
 # --- the reader -----------------------------------------------------------------------------------------
@@ -215,6 +297,7 @@ class DefaultsReader:
         releases: Callable[[], Mapping[str, EventRef]],
         get: HttpGet = https_get,
         clock: Callable[[], float] = time.time,
+        gather_seconds: float = GATHER_SECONDS,
     ) -> None:
         self.relay = relay
         self.root = root
@@ -225,6 +308,9 @@ class DefaultsReader:
         self._clock = clock
         self._said = False
         self._release: str | None = None
+        self._gather_seconds = gather_seconds
+        self._kept = Kept()
+        self._late_said = False
 
     async def read(self) -> Reading:
         """The defaults now; a relay that cannot be read is logged and reads as none."""
@@ -247,8 +333,29 @@ class DefaultsReader:
 
     async def _read(self, releases: Mapping[str, EventRef]) -> Reading:
         events = await self.relay.query(Filter.build(kinds=[RELEASE_KIND], authors=[self.root], limit=LIMIT))
-        held = await gather_documents(self.relay, events, self.documents, get=self._get)
-        defaults = current(events, package_of(self.root), held, int(self._clock()))
+        now = self._clock()
+        gathered = await gather_documents(
+            self.relay,
+            events,
+            self.documents,
+            root=self.root,
+            kept=self._kept,
+            now=now,
+            get=self._get,
+            within=self._gather_seconds,
+        )
+        held = gathered.documents
+        wanted = [digest for event in events for digest in wanted_digests(event, held)]
+        self._kept.keep(held, wanted, now)
+        if gathered.late and not self._late_said:
+            self._late_said = True
+            logger.warning(
+                "defaults documents: %d not gathered within %g s; read with what is held "
+                "(a release without its manifest is skipped, a dependency without its admission lapsed)",
+                len({digest for digest in wanted if digest not in held}),
+                self._gather_seconds,
+            )
+        defaults = current(events, package_of(self.root), held, int(now))
         if defaults is None:
             return Reading()
         subjects = []

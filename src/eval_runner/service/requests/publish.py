@@ -34,6 +34,7 @@ from typing import Final
 from eval_runner.contracts.errors import Code, ContractError
 from eval_runner.contracts.hosted import PublishInput, hosted_refusal_code
 from eval_runner.contracts.outputs import PublishOutput
+from eval_runner.contracts.package import RELEASE_KIND
 from eval_runner.contracts.publication import (
     PUBLICATION_KIND,
     Citation,
@@ -234,7 +235,13 @@ class Publishing:
         self.relay = relay
         self.blobs = blobs
         self.publisher = publisher
-        self._locks: dict[str, asyncio.Lock] = {}
+        #: One turn per job a publish is under way or waiting for; dropped when its last user leaves.
+        self._turns: dict[str, _Turn] = {}
+
+    @property
+    def under_way(self) -> tuple[str, ...]:
+        """The job keys a publish is running or waiting for (none once every publish has finished)."""
+        return tuple(self._turns)
 
     async def find_run(self, principal: str, found: PublishInput) -> Job:
         """Admission of a publish (§9.5 step 5): this principal's completed run with exactly that report."""
@@ -248,9 +255,15 @@ class Publishing:
 
     async def publish(self, job: Job) -> Published:
         """Publish `job`'s report, or return what was published for it before (`PublishError` if not)."""
-        lock = self._locks.setdefault(job.key, asyncio.Lock())
-        async with lock:
-            return await self._publish(job.key)
+        turn = self._turns.setdefault(job.key, _Turn())
+        turn.users += 1
+        try:
+            async with turn.lock:
+                return await self._publish(job.key)
+        finally:
+            turn.users -= 1
+            if turn.users == 0:  # no one else holds or waits on this lock: the next publish makes a new one
+                del self._turns[job.key]
 
     async def _publish(self, key: str) -> Published:
         job = await self._job(key)
@@ -263,6 +276,7 @@ class Publishing:
         results = await asyncio.to_thread(read_results, Path(job.results), job.report)
         report_bytes, release = results.report_bytes, results.report.suite.event
         if release is None:
+            self._fits(job, report_bytes)  # before anything is released
             release = await self._release(results)
             crash_point("released")
             report_bytes = rewritten_report(report_bytes, release)
@@ -316,18 +330,34 @@ class Publishing:
             raise PublishError(Code.UNAVAILABLE, f"releasing the test set: {error}") from None
         return released.event
 
+    def _fits(self, job: Job, report_bytes: bytes) -> None:
+        """Refuse, before a draft's test set is released, a publish whose rewritten report would pass the 64 KiB
+        report bound or whose `3189` the relay's size. Both are computed with a stand-in release pointer: the
+        rewrite is deterministic and a release id is always 64 hex, so the sizes are the real ones."""
+        stand_in = EventRef("0" * 64, self.runner, RELEASE_KIND)
+        unsigned = self._unsigned(job, rewritten_report(report_bytes, stand_in))
+        try:
+            check_relay_size(sign(self._secret, unsigned.kind, unsigned.tags, unsigned.content, int(time.time())))
+        except ContractError:
+            raise PublishError(Code.TOO_LARGE, TOO_LARGE) from None
+
+    @staticmethod
+    def _unsigned(job: Job, report_bytes: bytes) -> Unsigned:
+        """The `3189`'s parts for `report_bytes`, with the trainer's signed request inline."""
+        try:
+            request = Event.from_json(read(job.request))
+            return publication(report_bytes, cites=citation(job), request=request)
+        except (ContractError, EventError) as error:
+            detail = error.detail if isinstance(error, ContractError) else error.message
+            code = hosted_refusal_code(error.code) if isinstance(error, ContractError) else Code.UNAVAILABLE
+            raise PublishError(code, detail) from None
+
     async def _result(self, job: Job, report_bytes: bytes) -> Event:
         """The `3189` on the relay: an identical one reused, else the one recorded on the job, else one signed
         now and recorded before it is sent."""
         if self.relay is None:
             raise PublishError(Code.UNAVAILABLE, NO_STORE)
-        try:
-            request = Event.from_json(read(job.request))
-            unsigned = publication(report_bytes, cites=citation(job), request=request)
-        except (ContractError, EventError) as error:
-            detail = error.detail if isinstance(error, ContractError) else error.message
-            code = hosted_refusal_code(error.code) if isinstance(error, ContractError) else Code.UNAVAILABLE
-            raise PublishError(code, detail) from None
+        unsigned = self._unsigned(job, report_bytes)
         digest_hex = report_ref_of(report_bytes).digest.removeprefix("sha256:")
         try:
             found = await self.relay.query(
@@ -363,6 +393,14 @@ class Publishing:
         except (ContractError, EventError):
             return None
         return same_result([event], self.runner, unsigned)
+
+
+@dataclass(slots=True)
+class _Turn:
+    """One job's publish lock and how many publishes hold or wait on it."""
+
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 def _published_report(directory: Path, sealed: ArtifactRef) -> ArtifactRef:
