@@ -1,7 +1,7 @@
 """Each agent adapter's per-turn cost on this machine: `uv run python bench/agents.py [--turns 10]`.
 
 One-turn runs (the scripted stand-in door answers the first call with a text and the turn ends) of the
-stand-in coder, Claude Code and Codex (those two when `scripts/agents` installed them), each through
+stand-in coder, the built-in agent, Claude Code and Codex (those two when `scripts/agents` installed them), each through
 `run_once` in the real sandbox with the real door proxy. Printed per agent, p50 and p90 over the turns:
 * `agent`: the sandbox's life, from bubblewrap's start to the agent's exit — the agent's own start-up
   and its one model call (the door answers at once), which is the agent's cost, not ours;
@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eval_runner import stand_ins
-from eval_runner.engine.agents import AgentChoice, AgentKind, adapter_for
+from eval_runner.engine.agents import BUILTIN_AGENT, AgentChoice, AgentKind, adapter_for
 from eval_runner.engine.agents.install import claude_binary, codex_binary, installed
 from eval_runner.engine.run.collect import remove_tree
 from eval_runner.engine.run.confinement import probe
@@ -43,7 +43,10 @@ SKILL = Skill("brief", b"When asked about a repository, survey its files first.\
 
 
 def agents() -> list[tuple[str, Path, AgentAdapter | None, str]]:
-    found: list[tuple[str, Path, AgentAdapter | None, str]] = [("coder (stand-in)", stand_ins.AGENT, None, "stand-in")]
+    found: list[tuple[str, Path, AgentAdapter | None, str]] = [
+        ("coder (stand-in)", stand_ins.AGENT, None, "stand-in"),
+        ("builtin", BUILTIN_AGENT, None, "stand-in"),  # the coder contract: no adapter
+    ]
     for kind, program, model in (
         (AgentKind.CLAUDE_CODE, claude_binary(), "claude-sonnet-4-5"),
         (AgentKind.CODEX, codex_binary(), "gpt-5"),

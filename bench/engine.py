@@ -2,7 +2,8 @@
 
 Targets (issue text): per-turn overhead with a no-op agent ≤ 30 ms p50, and 48 turns of a 1 s agent at
 concurrency 4 within 90 % of ideal (ideal 12 s, so ≤ 13.3 s). Prints figures next to the targets; asserts
-nothing (figures are never timings in tests).
+nothing (figures are never timings in tests). Each agent adapter's per-turn overhead (the stand-in coder, the
+built-in agent, Claude Code, Codex; the agent's start-up apart from ours) is `bench/agents.py`.
 
 1. Per-turn overhead: turns of `stand_in_noop_agent.sh` (copies the case's fixture trajectory, a
    two-step ATIF document, to its trace path and exits), one at a time, each through the real path one

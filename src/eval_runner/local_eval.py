@@ -58,7 +58,13 @@ from eval_runner.engine.testset.catalog import LOCAL_KEY, PACKAGE_FILE, CatalogE
 from eval_runner.engine.testset.foreign import FormatError
 from eval_runner.engine.testset.formats import load_test_set
 from eval_runner.engine.testset.frontmatter import TestSetError
-from eval_runner.engine.testset.skills import SKILL_FILE, is_skill_dir, programs_left_out
+from eval_runner.engine.testset.skills import (
+    PROGRAM_AGENT,
+    SKILL_FILE,
+    ProgramsLeftOut,
+    is_skill_dir,
+    programs_left_out,
+)
 from eval_runner.errors import EvalRunnerError
 from eval_runner.service.config import read_decision
 from eval_runner.service.requests.suites import decision_door
@@ -167,7 +173,19 @@ class LocalEval:
             stand_ins=self.stand_ins,
             extra_secrets=self.decision_keys,
             adapter=None if self.agent_choice is None else adapter_for(self.agent_choice, self.agent),
+            programs_run=self.agent_kind == PROGRAM_AGENT,
+            extra_limitations=() if self.programs_left_out is None else (self.programs_left_out.limitation,),
         )
+
+    @property
+    def agent_kind(self) -> str:
+        """The chosen agent's kind: `coder` when none was chosen (the child contract)."""
+        return PROGRAM_AGENT if self.agent_choice is None else self.agent_choice.kind.value
+
+    @property
+    def programs_left_out(self) -> ProgramsLeftOut | None:
+        """What to say when the chosen agent is not `coder` and the extension has programs: they do not go in."""
+        return programs_left_out([program.slug for program in self.tool.subject.programs], self.agent_kind)
 
     @property
     def decision_keys(self) -> tuple[str, ...]:
@@ -246,7 +264,7 @@ def prepare(options: EvalRunOptions, environ: Mapping[str, str]) -> LocalEval:
 def _door_api(given: str | None, choice: AgentChoice | None, door: DoorSettings | None) -> DoorApi:
     """`--door-api`, else Anthropic Messages for Claude Code (its door speaks only that), else Responses."""
     if given is None:
-        return DoorApi.ANTHROPIC if choice is not None and choice.kind is AgentKind.CLAUDE_CODE else DoorApi.RESPONSES
+        return DoorApi.ANTHROPIC if choice is not None and choice.anthropic_door else DoorApi.RESPONSES
     try:
         api = DoorApi(given)
     except ValueError:

@@ -90,6 +90,7 @@ async def test_a_run_prints_one_json_object_and_its_record_serves_status_and_ret
             {"id": "map-repo", "kind": "should-fire", "with": None, "without": None},
             {"id": "say-hello", "kind": "should-not-fire", "with": None, "without": None},
         ]
+        assert found["figures"] == []  # the stand-in's report carries none
         assert [note["seq"] for note in found["progress"]] == list(range(6))
         assert found["progress"][-1] == {"seq": 5, "status": "running", "completed": 4, "planned": 4}
         assert found["accepted"]["type"] == "accepted"

@@ -81,7 +81,8 @@ def test_a_new_version_of_an_adopted_tool_is_what_its_arm_runs(tmp_path: Path) -
         programs=tuple(Program(p.slug, p.data + b" ") for p in adopted.programs),
         skills=tuple(Skill(s.name, s.data + b"\nNewer.\n") for s in adopted.skills),
     )
-    assert newer.programs and newer.skills
+    assert newer.programs
+    assert newer.skills
     defaults = AdoptedDefaults(release=RELEASE, lock=LOCK, subjects=(adopted,))
     assert not defaults.holds(newer)
     assert admitted(newer, Arm.BASELINE, defaults) == (adopted.programs, adopted.skills)

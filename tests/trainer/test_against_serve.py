@@ -47,6 +47,12 @@ async def test_trainer_run_against_serve_prints_the_verdict_per_case_and_arm(tmp
         ("greeting", "should-not-fire", {"passed": 1, "runs": 1}, {"passed": 1, "runs": 1}),
         ("overview", "should-fire", {"passed": 1, "runs": 1}, {"passed": 0, "runs": 1}),
     ]
+    # each arm's figures ride in the sealed report's meta: the stand-in door's usage, one model call a run
+    figures = {(row["arm"], row["metric"]): (row["value"], row["denominator"]) for row in found["figures"]}
+    assert figures[("subject", "turns")] == figures[("baseline", "turns")] == (2, 2)
+    assert "1 model call," in next(
+        line for line in table.splitlines() if line.startswith("With the extension per run: ")
+    )
     assert f"Verdict  {found['verdict_words']}  ({found['verdict']})" in table
     rows = [line.split("│") for line in table.splitlines() if line.startswith("│")]
     assert [[cell.strip() for cell in row[1:-1]] for row in rows] == [

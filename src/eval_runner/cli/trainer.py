@@ -397,8 +397,9 @@ def run_json(
     timeout: float,
 ) -> dict[str, JsonValue]:
     """The `--json` object of `trainer run`: the request and event ids, the outcome, the result body as bound,
-    headline, verdict (and its words), notes, report ref, sealed id, per-case rows and the parts that were
-    stand-ins (from the report), the contiguous progress notes, any conflicting results and the warnings."""
+    headline, verdict (and its words), notes, report ref, sealed id, per-case rows, the parts that were
+    stand-ins and each arm's figures (tokens, model calls, tool calls: from the report), the contiguous
+    progress notes, any conflicting results and the warnings."""
     result, output, request = answer.result, answer.output, answer.request
     return {
         "request": request.id,
@@ -419,6 +420,7 @@ def run_json(
         "sealed": None if output is None else output.sealed.id,
         "cases": None if view is None else [_row_json(case) for case in view.cases],
         "stand_ins": [] if view is None else [part.value for part in view.stand_ins],
+        "figures": [] if view is None else [row.to_json() for arm in words.arms(view) for row in arm.figures],
         "report_error": report_error,
         "result": None if result is None else result.to_json(),
         "accepted": None if answer.accepted is None else answer.accepted.to_json(),

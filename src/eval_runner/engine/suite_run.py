@@ -114,6 +114,12 @@ class SuitePlan:
     #: How to start an agent that is not the coder (`engine/agents`): the skills then go to it as files,
     #: and the programs, which only the coder runs, stay out. None: the coder child contract.
     adapter: AgentAdapter | None = None
+    #: Whether the agent runs an extension's programs: only `coder` does (`testset.skills.PROGRAM_AGENT`).
+    #: False (the built-in agent): none go in, as with an adapter, and the subject lock lists none.
+    programs_run: bool = True
+    #: Sentences the report's limitations add, e.g. that the extension's programs did not run
+    #: (`testset.skills.programs_left_out`).
+    extra_limitations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 8:
@@ -124,6 +130,11 @@ class SuitePlan:
     @property
     def secrets(self) -> tuple[str, ...]:
         return (self.door.key, *self.extra_secrets)
+
+    @property
+    def programs_in(self) -> bool:
+        """Whether the programs the arm admits go in: only for the coder child contract."""
+        return self.adapter is None and self.programs_run
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,8 +355,9 @@ async def evaluate(
         requester=plan.author.requester,
         host=plan.host,
         partial=STOPPED_BY_OPERATOR if cancelled else None,
-        extra_limitations=() if limitation is None else (limitation,),
+        extra_limitations=(*plan.extra_limitations, *(() if limitation is None else (limitation,))),
         stand_ins=plan.stand_ins,
+        programs_in=plan.programs_in,
         defaults=None if plan.defaults is None else Defaults(plan.defaults.release, plan.defaults.lock_json()),
     )
     built = await asyncio.to_thread(build_report, inputs)
@@ -376,7 +388,7 @@ def _spec(plan: SuitePlan, planned: PlannedAttempt) -> RunSpec:
         fixtures=tuple((fixture.name, fixture.data) for fixture in case.fixtures),
         grants=grants,
         guidance=guidance(plan.subject, case, planned.arm, plan.defaults, skills_in=coder),
-        programs=tuple((program.slug, program.data) for program in programs) if coder else (),
+        programs=tuple((program.slug, program.data) for program in programs) if plan.programs_in else (),
         questions=plan.questions,
         env=case.run.env,
         deadline_seconds=float(case.run.deadline_seconds),

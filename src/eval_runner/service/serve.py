@@ -27,6 +27,7 @@ from eval_runner.engine.run.confinement import probe
 from eval_runner.engine.run.leftovers import sweep
 from eval_runner.engine.run.sandbox import Confinement, Unconfined
 from eval_runner.engine.testset.catalog import Catalog, CatalogError
+from eval_runner.engine.testset.skills import PROGRAM_AGENT
 from eval_runner.errors import EvalRunnerError
 from eval_runner.nostr import Event, SecretKey
 from eval_runner.service.blobs import AuthScheme, BlobServer, BlobStore
@@ -137,12 +138,17 @@ def startup_lines(
 ) -> list[str]:
     """The lines `serve` prints before it listens (runner.md §3.1 step 4, with `blobs` after `relay`)."""
     probe, renew = seconds_text(config.probe_ms / 1000), seconds_text(config.renew_ms / 1000)
+    kind = PROGRAM_AGENT if config.agent is None else config.agent.kind.value
+    has_programs = any(tool.subject.programs for tool in catalog.tools)
+    # Only coder runs an extension's programs (Wasm guests): another agent gets the skills only.
+    left_out = [f"agent   {kind}: extensions' programs are not run (skills only)"]
     return [
         f"runner  {runner}",
         relay_line(config, relay_url),
         f"blobs   {blobs_text(config, blobs_url)}",
         f"catalog {', '.join(tool.name for tool in catalog.tools)}",
         f"agent   {agent_digest}",
+        *(left_out if kind != PROGRAM_AGENT and has_programs else []),
         f"sandbox {sandbox_text(confinement)}",
         f"limits  {config.limits.line()}",
         f"disk    {config.disk.line()}",

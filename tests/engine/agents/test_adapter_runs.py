@@ -19,7 +19,15 @@ from eval_runner.engine.run.door_proxy import DoorProxy
 from eval_runner.engine.run.layout import RefusedError
 from eval_runner.engine.run.sandbox import Confinement
 from eval_runner.engine.run.trajectory import parse_trajectory
-from eval_runner.engine.run.turn import AgentEnd, AgentRoom, AgentStart, DoorSetup, RunSpec, run_once
+from eval_runner.engine.run.turn import (
+    ADAPTER_FAILED,
+    AgentEnd,
+    AgentRoom,
+    AgentStart,
+    DoorSetup,
+    RunSpec,
+    run_once,
+)
 from eval_runner.engine.testset.cases import Operation
 from eval_runner.stand_ins.scripted_doors import ScriptedDoor
 from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
@@ -33,11 +41,16 @@ class ShellAdapter:
     """Starts /bin/sh with the door in its own variables; `end` keeps what it was given."""
 
     fail: bool = False
+    #: What `start` (`broken_start`) or `end` (`broken_end`) raises, as an adapter's bug would.
+    broken_start: Exception | None = None
+    broken_end: Exception | None = None
     seen: list[bytes] = field(default_factory=list)
 
     def start(self, room: AgentRoom) -> AgentStart:
         if self.fail:
             raise RefusedError("no room for this agent")
+        if self.broken_start is not None:
+            raise self.broken_start
         room.home.mkdir()
         if room.owner is not None:
             os.chown(room.home, *room.owner)
@@ -46,6 +59,8 @@ class ShellAdapter:
 
     def end(self, stdout: bytes, room: AgentRoom) -> AgentEnd:
         self.seen.append(stdout)
+        if self.broken_end is not None:
+            raise self.broken_end
         log = StepLog("shell", "1", None)
         log.user(room.prompt)
         log.agent(stdout.decode())
@@ -108,4 +123,34 @@ async def test_an_adapter_that_cannot_set_up_refuses_the_run(confinement: Confin
     assert str(record.outcome) == "errored(refused)"
     assert record.detail is not None
     assert "no room for this agent" in record.detail
+    assert list(temp_root.iterdir()) == []
+
+
+async def test_an_adapter_whose_end_raises_errors_the_run_and_never_says_the_key(
+    confinement: Confinement, temp_root: Path
+) -> None:
+    adapter = ShellAdapter(broken_end=KeyError(f"no 'result' line near {KEY}"))
+    async with ScriptedDoor(KEY) as door:
+        setup = DoorSetup(coder=functools.partial(DoorProxy, door.url, KEY))
+        record = await run_once(spec(temp_root, adapter), confinement=confinement, door=setup, cancel=asyncio.Event())
+    try:
+        assert str(record.outcome) == f"errored({ADAPTER_FAILED})"
+        assert adapter.seen == [record.stdout]  # the agent ran; only reading it failed
+        assert (record.trajectory, record.cost_usd) == (None, None)
+        assert record.detail is not None
+        assert "KeyError" in record.detail
+        assert KEY not in record.detail
+        assert REDACTED.decode() in record.detail
+    finally:
+        if record.workspace is not None:
+            record.workspace.close()
+    assert list(temp_root.iterdir()) == []
+
+
+async def test_an_adapter_whose_start_has_a_bug_errors_the_run(confinement: Confinement, temp_root: Path) -> None:
+    adapter = ShellAdapter(broken_start=KeyError("skills"))
+    record = await run_once(spec(temp_root, adapter), confinement=confinement, door=None, cancel=asyncio.Event())
+    assert str(record.outcome) == f"errored({ADAPTER_FAILED})"
+    assert record.detail is not None
+    assert "KeyError" in record.detail
     assert list(temp_root.iterdir()) == []

@@ -4,12 +4,14 @@ only) and how its stream-json becomes an ATIF trajectory graders read (`skill:<n
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eval_runner.engine.agents.claude_code import ClaudeCode, read_stream, tools
+from eval_runner.engine.agents.atif_document import StepLog, json_lines
+from eval_runner.engine.agents.claude_code import ClaudeCode, _result, read_stream, tools
 from eval_runner.engine.run.trajectory import parse_trajectory
 from eval_runner.engine.run.turn import AgentRoom
 from eval_runner.engine.testset.cases import Operation
@@ -167,3 +169,29 @@ def test_the_without_arm_gets_no_skill_and_bash_only_with_exec(tmp_path: Path) -
     assert not (tmp_path / "tmp" / "home" / ".claude" / "skills").exists()
     assert tools(frozenset({Operation.READ})) == ("Read", "Glob", "Grep", "Skill")
     assert "Bash" in tools(frozenset({Operation.READ, Operation.EXEC}))
+
+
+def test_a_cost_beyond_a_float_is_never_kept() -> None:
+    """`1e400` reads as infinity in Python's json: the line is refused, so no `Infinity` reaches the document."""
+    beyond = STREAM.replace(b'"total_cost_usd": 0.0123', b'"total_cost_usd": 1e400')
+    assert beyond != STREAM
+    log = read_stream(beyond, PROMPT, None)
+    assert log.cost_usd is None
+    document = log.document()
+    assert b"Infinity" not in document
+    parse_trajectory(document)
+
+
+def test_a_result_whose_cost_is_not_finite_has_no_cost() -> None:
+    for cost in (math.inf, math.nan, -1.0):
+        log = StepLog("claude-code", "1", None)
+        _result(log, {"type": "result", "subtype": "success", "total_cost_usd": cost})
+        assert log.cost_usd is None
+    log = StepLog("claude-code", "1", None)
+    _result(log, {"type": "result", "subtype": "success", "total_cost_usd": 0.5})
+    assert log.cost_usd == 0.5
+
+
+def test_json_lines_refuses_numbers_beyond_a_float_and_words_that_are_not_json() -> None:
+    data = b'{"a": 1e400}\n{"b": -1e999}\n{"c": NaN}\n{"d": Infinity}\n{"e": 1.5, "f": 9007199254740993}\n'
+    assert json_lines(data) == [{"e": 1.5, "f": "9007199254740993"}]

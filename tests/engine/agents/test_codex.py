@@ -130,3 +130,54 @@ def test_the_skills_go_under_codex_home_in_the_with_arm_only(tmp_path: Path) -> 
     (other / "tmp").mkdir(parents=True)
     Codex(Path("/opt/codex")).start(_room(other, ()))
     assert not (other / "tmp" / "home" / ".codex" / "skills").exists()
+
+
+def _command(item_id: str, command: str, exit_code: int | None, status: str = "completed") -> bytes:
+    item: dict[str, object] = {
+        "id": item_id,
+        "type": "command_execution",
+        "command": command,
+        "aggregated_output": "",
+        "status": status,
+    }
+    if exit_code is not None:
+        item["exit_code"] = exit_code
+    return json.dumps({"type": "item.completed", "item": item}).encode()
+
+
+def test_a_skill_counts_only_when_read_under_codex_home_and_the_read_succeeded() -> None:
+    home = "/tmp/oa-eval-1/tmp/home/.codex"
+    commands = [
+        ("ok-path", f"/bin/sh -lc 'cat {home}/skills/brief/SKILL.md'", 0, "skill:brief"),
+        ("ok-tilde", "sed -n 1,80p ~/.codex/skills/tidy/SKILL.md", 0, "skill:tidy"),
+        ("ok-braces", 'cat "${CODEX_HOME}/skills/map/SKILL.md"', 0, "skill:map"),
+        ("failed", f"cat {home}/skills/brief/SKILL.md", 1, None),
+        ("failed-status", f"cat {home}/skills/brief/SKILL.md", 0, None),
+        ("no-exit-code", f"cat {home}/skills/brief/SKILL.md", None, None),
+        ("elsewhere", "cat /work/skills/brief/SKILL.md", 0, None),
+        ("relative", "cat skills/brief/SKILL.md", 0, None),
+        ("inside-another", f"cat /evil{home}/skills/brief/SKILL.md", 0, None),
+        ("mentioned", "echo 'see $CODEX_HOME/skills/brief/SKILL.md.bak'", 0, None),
+    ]
+    data = b"\n".join(
+        _command(item_id, command, code, "failed" if item_id == "failed-status" else "completed")
+        for item_id, command, code, _ in commands
+    )
+    trajectory = parse_trajectory(read_events(data, PROMPT, None, codex_home=home).document())
+    skills = {call.call_id: [op for op in call.operations if op.startswith("skill:")] for call in trajectory.calls}
+    assert skills == {item_id: [] if operation is None else [operation] for item_id, _, _, operation in commands}
+
+
+def test_instructions_beyond_the_bmp_round_trip_through_toml() -> None:
+    guidance = 'Reply with 🦀 and "quotes", a tab\tand a \\ backslash; 𝔘𝔫𝔦𝔠𝔬𝔡𝔢.\n'
+    config = tomllib.loads(config_toml("http://127.0.0.1:8401", "gpt-5-🦀", guidance))
+    assert config["developer_instructions"] == guidance
+    assert config["model"] == "gpt-5-🦀"
+    assert config["model_providers"]["door"]["base_url"] == "http://127.0.0.1:8401/v1"
+
+
+@given(st.text(), st.text(min_size=1))
+def test_any_instructions_and_model_round_trip_through_toml(guidance: str, model: str) -> None:
+    config = tomllib.loads(config_toml("http://127.0.0.1:8401", model, guidance))
+    assert config.get("developer_instructions", "") == (guidance if guidance.strip() else "")
+    assert config["model"] == model

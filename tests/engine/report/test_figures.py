@@ -98,6 +98,21 @@ def test_an_arm_totals_the_runs_that_reported_and_counts_the_others_unknown() ->
     assert arm_figures(attempts[:2]).row("baseline", "turns") is None
 
 
+def test_figures_no_run_could_have_used_are_unknown_and_the_report_still_builds(evals: Path) -> None:
+    """An agent writes its own totals: two runs each claiming 2^53 - 1 tokens must not break the report."""
+    huge = 2**53 - 1
+    claimed = document([agent_step(1, metrics=True)], {"total_prompt_tokens": huge, "total_completion_tokens": 1})
+    assert run_figures(claimed, None).input_tokens is None
+    runs = tuple(
+        attempt(run.case, run.arm, run.attempt, run.passed, seconds=run.seconds, figures=RunFigures(huge, huge, 1, 1))
+        for run in better_attempts()
+    )
+    built = build_report(inputs(evals, runs))
+    figures = Figures.parse(read(built.report_bytes)["meta"][META_KEY])
+    assert figures.row("subject", "input_tokens") == FigureRow("subject", "input_tokens", None, 0, 6)
+    assert figures.row("subject", "turns") == FigureRow("subject", "turns", 6, 6, 0)
+
+
 def with_figures() -> tuple[Any, ...]:
     out = []
     for run in better_attempts():

@@ -53,6 +53,12 @@ class AgentChoice:
         return self.kind.value if self.path is None else f"{self.kind.value}:{self.path}"
 
     @property
+    def anthropic_door(self) -> bool:
+        """Whether this agent's door speaks Anthropic Messages (Claude Code's), which the judge must then speak
+        too; every other agent's door speaks OpenAI's APIs."""
+        return self.kind is AgentKind.CLAUDE_CODE
+
+    @property
     def skills_as_files(self) -> bool:
         """Whether the subject arm's skills go to the agent as files (its own skills folder) rather than
         appended to the coder's guidance."""

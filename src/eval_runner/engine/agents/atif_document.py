@@ -11,6 +11,7 @@ beyond the tool's own name (a skill invoked through the Skill tool is `skill:<na
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,14 +118,15 @@ def _call(call: Call) -> dict[str, Any]:
 
 
 def json_lines(data: bytes) -> list[dict[str, Any]]:
-    """Every line of `data` that is a JSON object; anything else (a warning, a torn last line) is skipped."""
+    """Every line of `data` that is a JSON object; anything else (a warning, a torn last line, a NaN or
+    a number beyond a float) is skipped."""
     found: list[dict[str, Any]] = []
     for line in data.splitlines():
         line = line.strip()
         if not line.startswith(b"{"):
             continue
         try:
-            value = json.loads(line, parse_constant=_no_constant, parse_int=_safe_int)
+            value = json.loads(line, parse_constant=_no_constant, parse_int=_safe_int, parse_float=_finite)
         except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
@@ -135,6 +137,14 @@ def json_lines(data: bytes) -> list[dict[str, Any]]:
 def _no_constant(word: str) -> Any:
     """NaN and Infinity are not JSON: a line holding one is skipped, so the document stays strict JSON."""
     raise ValueError(f"{word} is not JSON")
+
+
+def _finite(digits: str) -> float:
+    """A number past a float's range (`1e400`) reads as infinity, which is not JSON either: its line is skipped."""
+    value = float(digits)
+    if not math.isfinite(value):
+        raise ValueError(f"{digits} is beyond a float")
+    return value
 
 
 def _safe_int(digits: str) -> int | str:

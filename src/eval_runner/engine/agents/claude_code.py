@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,7 +150,7 @@ def _result(log: StepLog, result: dict[str, Any]) -> None:
     log.completion_tokens = number(usage.get("output_tokens"))
     log.cached_tokens = number(usage.get("cache_read_input_tokens"))
     cost = result.get("total_cost_usd")
-    if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+    if isinstance(cost, int | float) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0:
         log.cost_usd = float(cost)
     log.state = "ended" if result.get("subtype") == "success" and result.get("is_error") is not True else "failed"
     log.extra["turns"] = number(result.get("num_turns"))

@@ -8,8 +8,10 @@
   it tries outside hosts.
 * The extension: the subject arm's skills are `$CODEX_HOME/skills/<name>/SKILL.md` (`CODEX_HOME` is in the
   run's `tmp/`); the baseline arm's has none. Codex lists them to the model, which reads a skill's file
-  when it decides to use it: a command that reads `skills/<name>/SKILL.md` is also the operation
-  `skill:<name>`. The case's own instructions go in as `developer_instructions`.
+  when it decides to use it: a command that succeeded (exit code 0) and names
+  `$CODEX_HOME/skills/<name>/SKILL.md` (as the path itself, `$CODEX_HOME`, `${CODEX_HOME}`, `~/.codex`
+  or `$HOME/.codex`) is also the operation `skill:<name>`; a mention elsewhere, or a command that failed,
+  is not. The case's own instructions go in as `developer_instructions`.
 * Its tools: Codex works through a shell (and `apply_patch`), which runs inside our sandbox: no network,
   the filesystem read-only but for the run's writable parts (the grant's write decides `cwd/`).
 * The output: JSONL (`thread.started`, `turn.started`, `item.started/completed` with `command_execution`,
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,17 +31,28 @@ from typing import Any
 from eval_runner.engine.agents.atif_document import Call, StepLog, json_lines, number
 from eval_runner.engine.agents.skills import make_home, place, place_skills
 from eval_runner.engine.run.turn import AgentEnd, AgentRoom, AgentStart
+from eval_runner.engine.testset.foreign import toml_string
 
 NAME = "codex"
 TOKEN_VARIABLE = "CODEX_DOOR_KEY"  # noqa: S105 - a variable's name, not a credential
 SHELL = "shell"
-_SKILL_READ = re.compile(r"skills/([a-z0-9][a-z0-9-]{0,63})/SKILL\.md")
+#: How a command may name `$CODEX_HOME` besides its path: HOME is the room's, CODEX_HOME its `.codex`.
+_HOME_NAMES = ("$CODEX_HOME", "${CODEX_HOME}", "~/.codex", "$HOME/.codex", "${HOME}/.codex")
+
+
+def skill_reads(codex_home: str | None) -> re.Pattern[str]:
+    """A command naming a skill's SKILL.md under `codex_home/skills` (or one of `_HOME_NAMES`): the
+    path starts a word (no other directory before it) and ends at `SKILL.md`; group 1 is the name."""
+    homes: Sequence[str] = _HOME_NAMES if codex_home is None else (codex_home.rstrip("/"), *_HOME_NAMES)
+    prefixes = "|".join(re.escape(home) for home in homes)
+    return re.compile(rf"(?<![\w./~$-])(?:{prefixes})/skills/([a-z0-9][a-z0-9-]{{0,63}})/SKILL\.md(?![\w.-])")
 
 
 def config_toml(door_url: str | None, model: str, guidance: str | None) -> str:
-    """The whole `config.toml`: values as JSON strings, which TOML reads as basic strings."""
+    """The whole `config.toml`: values as TOML basic strings (`toml_string`; JSON's surrogate escapes for
+    characters beyond the BMP are not TOML)."""
     lines = [
-        f"model = {json.dumps(model or 'gpt-5')}",
+        f"model = {toml_string(model or 'gpt-5')}",
         'model_provider = "door"',
         'approval_policy = "never"',
         'sandbox_mode = "danger-full-access"',
@@ -46,12 +60,12 @@ def config_toml(door_url: str | None, model: str, guidance: str | None) -> str:
         "hide_agent_reasoning = false",
     ]
     if guidance is not None and guidance.strip():
-        lines.append(f"developer_instructions = {json.dumps(guidance)}")
+        lines.append(f"developer_instructions = {toml_string(guidance)}")
     lines += [
         "",
         "[model_providers.door]",
         'name = "door"',
-        f"base_url = {json.dumps((door_url or 'http://127.0.0.1:9') + '/v1')}",
+        f"base_url = {toml_string((door_url or 'http://127.0.0.1:9') + '/v1')}",
         'wire_api = "responses"',
         f'env_key = "{TOKEN_VARIABLE}"',
         "request_max_retries = 0",
@@ -102,7 +116,7 @@ class Codex:
         return AgentStart(command, tuple(env))
 
     def end(self, stdout: bytes, room: AgentRoom) -> AgentEnd:
-        log = read_events(stdout, room.prompt, room.model)
+        log = read_events(stdout, room.prompt, room.model, codex_home=str(room.home / ".codex"))
         log.version = installed_version(self.program)
         return AgentEnd(log.document(), log.cost_usd)
 
@@ -117,8 +131,10 @@ def installed_version(program: Path) -> str:
     return version if isinstance(version, str) and 0 < len(version) <= 64 else "unknown"
 
 
-def read_events(stdout: bytes, prompt: str, model: str | None) -> StepLog:
-    """Codex's JSONL as ATIF steps: each completed item one step; lines it does not know are skipped."""
+def read_events(stdout: bytes, prompt: str, model: str | None, *, codex_home: str | None = None) -> StepLog:
+    """Codex's JSONL as ATIF steps: each completed item one step; lines it does not know are skipped.
+    `codex_home` is the run's `$CODEX_HOME`, under whose `skills/` a read is a skill's use."""
+    reads = skill_reads(codex_home)
     log = StepLog(NAME, "unknown", model or None)
     log.user(prompt)
     turns = 0
@@ -127,7 +143,7 @@ def read_events(stdout: bytes, prompt: str, model: str | None) -> StepLog:
         if kind == "thread.started" and isinstance(event.get("thread_id"), str):
             log.session_id = event["thread_id"]
         elif kind == "item.completed" and isinstance(event.get("item"), dict):
-            _item(log, event["item"])
+            _item(log, event["item"], reads)
         elif kind == "turn.completed":
             turns += 1
             usage: dict[str, Any] = event["usage"] if isinstance(event.get("usage"), dict) else {}
@@ -146,7 +162,7 @@ def read_events(stdout: bytes, prompt: str, model: str | None) -> StepLog:
     return log
 
 
-def _item(log: StepLog, item: dict[str, Any]) -> None:
+def _item(log: StepLog, item: dict[str, Any], reads: re.Pattern[str]) -> None:
     kind, item_id = item.get("type"), str(item.get("id", ""))
     if kind == "agent_message" and isinstance(item.get("text"), str):
         log.agent(item["text"])
@@ -154,10 +170,12 @@ def _item(log: StepLog, item: dict[str, Any]) -> None:
         log.extra.setdefault("reasoning", []).append(item["text"])
     elif kind == "command_execution" and isinstance(item.get("command"), str):
         command = item["command"]
-        found = _SKILL_READ.search(command)
+        failed = item.get("status") == "failed" or number(item.get("exit_code")) != 0
+        # A skill is used when the read succeeded: an exit code of 0 said, not merely none said.
+        succeeded = not failed and type(item.get("exit_code")) is int
+        found = reads.search(command) if succeeded else None
         log.agent("", [Call(item_id, SHELL, {"command": command}, f"skill:{found[1]}" if found else None)])
         output = item.get("aggregated_output")
-        failed = item.get("status") == "failed" or number(item.get("exit_code")) != 0
         log.observe(item_id, output if isinstance(output, str) else "", failed)
     elif kind == "file_change" and isinstance(item.get("changes"), list):
         log.agent("", [Call(item_id, "apply_patch", {"changes": item["changes"]})])

@@ -2,45 +2,33 @@
 
 Claude Code reads `<skills dir>/<name>/SKILL.md` (`~/.claude/skills`), Codex the same under
 `$CODEX_HOME/skills`: YAML front matter with `name` and `description`, then the body the agent loads
-when it decides to use the skill. A skill already written that way goes in byte for byte; an OpenAgents
-skill (a plain Markdown file) gets front matter made from its name and its first sentence, so the agent
-lists it the same way. Only the subject arm gets any.
+when it decides to use the skill. One writer makes every SKILL.md, `engine/testset/skills.py`'s
+`agent_skill`: a file that is a SKILL.md by the standard's rules goes in byte for byte; anything else (an
+OpenAgents skill's plain Markdown, a file opening with a Markdown rule or another front matter) gets
+front matter made from its name and first line, so the agent always lists it by name and description.
+Only the subject arm gets any.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from eval_runner.engine.run.layout import RefusedError
 from eval_runner.engine.testset.catalog import Skill
-
-_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
-_DESCRIPTION_CHARS = 1024
+from eval_runner.engine.testset.skills import AgentSkill, agent_skill, skill_name
 
 
-def skill_md(name: str, data: bytes) -> bytes:
-    """The SKILL.md for a skill: its own bytes when they open with front matter, else front matter made
-    for it (the description is the body's first sentence, at most 1024 characters)."""
-    if data.startswith((b"---\n", b"---\r\n")):
-        return data
-    text = data.decode("utf-8", "replace").strip()
-    first = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0] if text else name
-    description = " ".join(first.split())[:_DESCRIPTION_CHARS] or name
-    # JSON strings are YAML flow scalars, so any text is quoted safely.
-    head = f"---\nname: {json.dumps(name)}\ndescription: {json.dumps(description, ensure_ascii=False)}\n---\n\n"
-    return head.encode() + text.encode() + b"\n"
-
-
-def folder_name(name: str) -> str:
-    """The skill's directory name: lower case, letters, digits and hyphens (the standard's rule)."""
-    folded = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
-    if not _NAME.fullmatch(folded):
-        raise RefusedError(f"skill name {name!r} makes no skill directory name")
-    return folded
+def installed_skill(skill: Skill) -> AgentSkill:
+    """The skill as the agent gets it, named as the graders count it (`skill:<name>`): a SKILL.md whose
+    own `name` is not the catalog's (`skill_name` of it) is written again under the catalog's name, as
+    the standard wants the directory and the `name` to agree."""
+    made = agent_skill(skill.name, skill.data, skill.files)
+    name = skill_name(skill.name)
+    if made.name == name:
+        return made
+    return AgentSkill(name=name, description=made.description, body=made.body, files=made.files)
 
 
 def place(root: Path, relative: str, data: bytes, owner: tuple[int, int] | None, mode: int = 0o644) -> Path:
@@ -74,9 +62,10 @@ def make_home(home: Path, owner: tuple[int, int] | None) -> None:
 
 
 def place_skills(root: Path, under: str, skills: Sequence[Skill], owner: tuple[int, int] | None) -> None:
-    """Each skill as `root/under/<name>/SKILL.md`, and the files a skill directory has beside it."""
+    """Each skill as `root/under/<name>/SKILL.md` (`installed_skill`), and the files a skill directory has
+    beside it."""
     for skill in skills:
-        folder = f"{under}/{folder_name(skill.name)}"
-        place(root, f"{folder}/SKILL.md", skill_md(skill.name, skill.data), owner)
-        for extra in skill.files:
-            place(root, f"{folder}/{extra.path}", extra.data, owner)
+        made = installed_skill(skill)
+        folder = f"{under}/{made.name}"
+        for relative, data in made.tree():
+            place(root, f"{folder}/{relative}", data, owner)

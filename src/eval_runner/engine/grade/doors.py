@@ -2,7 +2,8 @@
 
 `OpenResponsesJudge` asks the chat door's Open Responses API as the reference's live judge door does;
 a door that speaks only Anthropic Messages or Chat Completions gets `AnthropicMessagesJudge` or
-`ChatCompletionsJudge` (`judge_door`; decisions.md, "The judge speaks the door's API"). `JevDecisionDoor` asks TypeSafe's System One API and its fallbacks in runner.md §2.2's order, with its
+`ChatCompletionsJudge` (`judge_door`; decisions.md, "The judge speaks the door's API").
+`JevDecisionDoor` asks TypeSafe's System One API and its fallbacks in runner.md §2.2's order, with its
 failover rule and bench. The request and answer shapes are not in runner.md: they were read from the
 reference's public `jev` crate. Those shapes, and what is chosen here because nothing pins it (model,
 bounds, retries), are in decisions.md ("The doors graders ask"). Error text is cut to 200 characters and

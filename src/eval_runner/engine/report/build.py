@@ -308,7 +308,10 @@ def _arms(inputs: ReportInputs, gate_id: str, artifacts: dict[str, bytes]) -> tu
         agent=inputs.agent,
         definition=subject.definition,
         package=subject.package_lock,
-        programs=tuple(LockedFile(p.slug, digest_bytes(p.data), len(p.data)) for p in subject.programs),
+        # Only the programs that went in: none when the agent runs none (decisions.md, "Programs left out").
+        programs=tuple(LockedFile(p.slug, digest_bytes(p.data), len(p.data)) for p in subject.programs)
+        if inputs.programs_in
+        else (),
         skills=tuple(LockedFile(s.name, digest_bytes(s.data), len(s.data)) for s in subject.skills),
         defaults=defaults_lock,
     )

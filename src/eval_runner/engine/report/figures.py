@@ -28,7 +28,16 @@ def run_figures(trajectory: Trajectory | None, door: DoorUsage | None) -> RunFig
         # Every model call passes the proxy: no successful answer at all is a known zero.
         input_tokens, output_tokens, turns = door.input_tokens, door.output_tokens, door.reported
     tool_calls = None if trajectory is None else sum(1 for call in trajectory.calls if not call.is_decision)
-    return RunFigures(input_tokens, output_tokens, turns, tool_calls)
+    return RunFigures(*(_bounded(value) for value in (input_tokens, output_tokens, turns, tool_calls)))
+
+
+#: Past this a run's figure is not believed (an agent or a door can write any number): unknown, so an arm's
+#: total over its runs (at most 80) stays far inside JSON's exact integers and the report always builds.
+MAX_RUN_FIGURE = 10**12
+
+
+def _bounded(value: int | None) -> int | None:
+    return value if value is not None and 0 <= value <= MAX_RUN_FIGURE else None
 
 
 def _agent_said(trajectory: Trajectory | None) -> tuple[int | None, int | None, int | None]:
@@ -66,7 +75,7 @@ def arm_figures(attempts: Sequence[Attempt]) -> Figures:
         if not runs:
             continue
         for metric in METRICS:
-            known = [value for value in (getattr(run, metric) for run in runs) if value is not None]
+            known = [value for value in (_bounded(getattr(run, metric)) for run in runs) if value is not None]
             total = sum(known) if known else None
             rows.append(FigureRow(arm, metric, total, len(known), len(runs) - len(known)))
     return Figures(tuple(rows))

@@ -153,6 +153,8 @@ class ReportInputs:
     defaults: Defaults | None = None
     engine_version: str = ENGINE_VERSION
     stand_ins: frozenset[StandIn] = frozenset()
+    #: Whether the subject's programs went in (only the coder runs them): False, the subject lock lists none.
+    programs_in: bool = True
 
 
 def planned_cases(inputs: ReportInputs) -> tuple[PlannedCase, ...]:

@@ -96,7 +96,12 @@ FIGURE_WORDS = {
     "turns": "model calls",
     "tool_calls": "tool calls",
 }
-FIGURE_ONE = {"input_tokens": "token in", "output_tokens": "token out", "turns": "model call", "tool_calls": "tool call"}
+FIGURE_ONE = {
+    "input_tokens": "token in",
+    "output_tokens": "token out",
+    "turns": "model call",
+    "tool_calls": "tool call",
+}
 
 
 @dataclass(frozen=True, slots=True)

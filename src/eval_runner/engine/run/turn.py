@@ -31,6 +31,7 @@ from eval_runner.engine.run.collect import (
     read_file,
     remove_tree,
     scrub,
+    scrub_text,
     sha256_digest,
 )
 from eval_runner.engine.run.confined import run_confined
@@ -82,6 +83,10 @@ class RunOutcome:
 
 COMPLETED = RunOutcome("completed")
 CANCELLED = RunOutcome("cancelled")
+
+
+#: An adapter that raised (a bug, or output its `end` could not read): this run errors, never the suite.
+ADAPTER_FAILED = "adapter_failed"
 
 
 def errored(reason: str) -> RunOutcome:
@@ -287,6 +292,11 @@ async def run_once(
                 await _close_all(proxies)
                 remove_tree(layout.root)
                 return RunRecord(errored("refused"), 0.0, detail=f"cannot set the agent up: {exc}")
+            except Exception as exc:  # an adapter's bug: this run errors, never the suite
+                await _close_all(proxies)
+                remove_tree(layout.root)
+                detail = f"cannot set the agent up: {type(exc).__name__}: {exc}"[:400]
+                return RunRecord(errored(ADAPTER_FAILED), 0.0, detail=detail)
             command, env = started.command, started.env
         launch = Launch(
             root=layout.root,
@@ -352,8 +362,16 @@ def _record(
     stdout = scrub(ended.stdout, secrets)
     cost = last_cost(stdout)
     if adapter is not None and room is not None:
-        read = adapter.end(stdout, room)
-        trajectory, cost = read.trajectory, read.cost_usd
+        try:
+            read = adapter.end(stdout, room)
+        except Exception as exc:  # an adapter's bug or an output it cannot read: this run errors, not the suite
+            trajectory, cost = None, None
+            if outcome.word != "cancelled":
+                outcome = errored(ADAPTER_FAILED)
+                said = scrub_text(f"{type(exc).__name__}: {exc}"[:400], secrets)
+                detail = f"the agent's output could not be read: {said}"
+        else:
+            trajectory, cost = read.trajectory, read.cost_usd
     else:
         trajectory = read_file(layout.out / "trajectory.atif.jsonl", MAX_TRAJECTORY_BYTES)
     created, complete = created_files(layout.cwd, layout.before, secrets)

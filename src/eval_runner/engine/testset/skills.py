@@ -40,6 +40,7 @@ PROGRAM_AGENT = "coder"
 _NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _FENCE = "---"
+_RULE_CHARS = frozenset("-*_=~` ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,28 +157,42 @@ def _yaml_printable(char: str) -> bool:
 
 
 def _first_sentence(body: str) -> str:
+    """The first line that says something: not blank, not a Markdown rule or fence (`---`, `***`, `===`)."""
     for line in body.splitlines():
         line = "".join(char for char in line if _yaml_printable(char)).strip().lstrip("#").strip()
-        if line:
+        if line and not set(line) <= _RULE_CHARS:
             return line[:MAX_DESCRIPTION_CHARS]
     return ""
 
 
+def skill_name(name: str) -> str:
+    """The name a skill is installed and counted under (`skill:<name>`): `name` itself when the standard
+    allows it (1 to 64 of a-z, 0-9 and single hyphens), else its slug (`made_slug`)."""
+    return name if len(name) <= MAX_NAME_CHARS and _NAME.fullmatch(name) else made_slug(name)
+
+
 def agent_skill(name: str, data: bytes, files: Sequence[SkillFile] = ()) -> AgentSkill:
     """A skill from a name and its file's bytes: a SKILL.md is read as one; plain guidance (an
-    OpenAgents package's `skills/<name>.md`, a chat-made tool's skill) is described by its first line."""
+    OpenAgents package's `skills/<name>.md`, a chat-made tool's skill) is described by its first line,
+    after any front matter of another kind (a YAML mapping that is not a SKILL.md's), and kept whole."""
     text = data.decode("utf-8", "replace")
+    described = text
     try:
-        front, _ = split_front_matter(text.removeprefix("\ufeff"), name)
+        front, rest = split_front_matter(text.removeprefix("\ufeff"), name)
     except FormatError:
-        front = None
+        front, rest = None, text
     if front is not None:
         try:
             return _with_files(parse_skill_md(data, f"{name}.md"), files)
         except FormatError:
             pass  # guidance that only looks like a SKILL.md is plain guidance
-    slug = made_slug(name)
-    description = _first_sentence(text) or f"Guidance from the {slug} extension."
+        try:
+            if isinstance(load_yaml(front, name), dict):
+                described = rest
+        except FormatError:
+            pass  # not front matter: a Markdown rule opened the guidance
+    slug = skill_name(name)
+    description = _first_sentence(described) or _first_sentence(text) or f"Guidance from the {slug} extension."
     return AgentSkill(name=slug, description=description, body=text, files=tuple(files))
 
 

@@ -19,7 +19,7 @@ from eval_runner import stand_ins
 from eval_runner.contracts.outputs import Headline
 from eval_runner.contracts.refs import ArtifactRef
 from eval_runner.engine.agents import adapter_for
-from eval_runner.engine.grade.doors import JevDecisionDoor, OpenResponsesJudge, decision_pin
+from eval_runner.engine.grade.doors import DoorApi, JevDecisionDoor, decision_pin, judge_door
 from eval_runner.engine.grade.votes import Doors
 from eval_runner.engine.report.inputs import StandIn
 from eval_runner.engine.run.sandbox import Confinement, Limits, Unconfined
@@ -32,6 +32,7 @@ from eval_runner.engine.suite_run import (
     SuitePlan,
     run_suite,
 )
+from eval_runner.engine.testset.skills import PROGRAM_AGENT, programs_left_out
 from eval_runner.errors import EvalRunnerError
 from eval_runner.service.config import Config
 from eval_runner.service.metrics import NO_METRICS, Metrics
@@ -133,15 +134,20 @@ class EngineSuiteRunner:
         door = config.door
         self.door = DoorSettings(door.url, door.key.expose(), door.model)
         if doors is None:
+            # The judge speaks the door's API: Anthropic Messages for Claude Code's door, else Responses.
+            anthropic = config.agent is not None and config.agent.anthropic_door
+            api = DoorApi.ANTHROPIC if anthropic else DoorApi.RESPONSES
             doors = Doors(
                 decision=decision_door(config.decision),
-                judge=OpenResponsesJudge(door.url, door.key.expose(), door.model),
+                judge=judge_door(api, door.url, door.key.expose(), door.model),
             )
         self.doors = doors
 
     def suite_plan(self, plan: RunPlan, results_base: Path) -> SuitePlan:
-        """The engine's plan for an admitted run."""
+        """The engine's plan for an admitted run. An agent that is not `coder` gets the subject's skills and
+        not its programs, and the report's limitations say so."""
         authorship = plan.authorship
+        left_out = programs_left_out([program.slug for program in plan.subject.programs], self.agent_kind)
         return SuitePlan(
             suite=plan.suite,
             subject=plan.subject,
@@ -170,7 +176,14 @@ class EngineSuiteRunner:
             stand_ins=self.stand_ins(),
             defaults=plan.defaults,
             adapter=None if self.config.agent is None else adapter_for(self.config.agent, self.config.coder),
+            programs_run=self.agent_kind == PROGRAM_AGENT,
+            extra_limitations=() if left_out is None else (left_out.limitation,),
         )
+
+    @property
+    def agent_kind(self) -> str:
+        """The configured agent's kind (`EVAL_RUNNER_AGENT`): `coder` when none is configured."""
+        return PROGRAM_AGENT if self.config.agent is None else self.config.agent.kind.value
 
     def stand_ins(self) -> frozenset[StandIn]:
         """The parts of this runner's runs that are stand-ins, which every report then says."""
