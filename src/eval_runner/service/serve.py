@@ -344,6 +344,8 @@ async def _serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event) -> N
             if isinstance(ledger, PostgresLedger):  # a fleet's runner (service/fleet.py)
                 logger.info("ledger  shared in PostgreSQL, lease %d ms", config.lease_ms)
                 await stack.enter_async_context(lease_kept(ledger, pipeline.answers, pipeline.stops, stop, hurry))
+            if pipeline.queue is not None:  # admitted runs wait in the fleet's queue; take them while slots are free
+                pipeline.queue.start(stop)
             notifier = metrics.notifier(config.notify_socket)
             stack.callback(notifier.close)
             await _listen(url, secret, ledger, pipeline, notifier, liveness, stop, hurry, metrics)
