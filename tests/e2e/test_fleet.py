@@ -8,6 +8,7 @@ queued run cancelled is answered `cancelled` at once and never runs. The runner 
 queued runs is SIGKILLed in the middle of its own run: once its lease lapses a survivor answers that run
 `unknown` from the record, and nobody runs it again, while the runs it had queued complete on the
 survivors, each run once. A cancel, taken by any runner, stops the run on the runner that holds it.
+Every runner's usage lines are rows of the database, and `usage` counts one per answered request.
 
 Exactly once is checked after every runner has stopped (each answer was taken by the relay before its
 runner exited) and a last event, published after them all, has reached the trainer: the relay delivers
@@ -17,6 +18,8 @@ to a subscription in the order it took events, so nothing the runners sent can s
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +32,7 @@ from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import SecretKey, sign
 from eval_runner.service.ledger.claims import key_name, key_of
 from eval_runner.service.requests.reply import RESULT_KIND
+from eval_runner.service.usage import By, UsageArguments, usage_main
 from eval_runner.stand_ins.door import StandInDoor
 from tests.support.paths import EXAMPLE
 from tests.support.postgres_server import PostgresServer
@@ -41,6 +45,7 @@ from tests.support.trainer_side import Trainer, asking_case, catalog_tool, draft
 RUNNERS = 3
 RUNS = 8
 REFUSALS = 150
+REFUSALS_AGAIN = 35
 LEASE_MS = 2_000
 
 
@@ -157,7 +162,7 @@ async def test_three_runners_on_one_ledger_answer_each_request_once_and_a_dead_o
                 for event, _ in refusals:
                     assert (await trainer.result(event)).outcome == "refused"
                 again = []
-                for _, body in runs[:4] + refusals[:35]:
+                for _, body in runs[:4] + refusals[:REFUSALS_AGAIN]:
                     event = trainer.execute_event(body)
                     await trainer.publish(event)
                     again.append(event)
@@ -198,3 +203,11 @@ async def test_three_runners_on_one_ledger_answer_each_request_once_and_a_dead_o
             handled = sum(len(process.matching("running ")) for process in runners)
             assert handled == RUNNERS + RUNS, "each run ran once, on one runner"
             assert [reason for _, reason in trainer.unbound] == ["not signed by the runner"]
+
+            # Every runner's usage lines are in the database: `usage` reads them all, one per answered request.
+            out, err = io.StringIO(), io.StringIO()
+            arguments = UsageArguments(since=None, by=By.KEY, json=True, directory=tmp_path, database=database)
+            assert usage_main(arguments, stdout=out, stderr=err) == 0
+            total = json.loads(out.getvalue())[-1]
+            assert (total["completed"], total["refused"]) == (RUNS, REFUSALS + REFUSALS_AGAIN)
+            assert total["jobs"] == RUNS + REFUSALS + REFUSALS_AGAIN + RUNNERS  # 2 stalls and the waiting run cancelled

@@ -341,6 +341,7 @@ async def _serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event) -> N
                 defaults=defaults.for_run,
                 metrics=metrics,
             )
+            stack.callback(pipeline.usage.close)  # a fleet's usage lines still on their way to the database
             if isinstance(ledger, PostgresLedger):  # a fleet's runner (service/fleet.py)
                 logger.info("ledger  shared in PostgreSQL, lease %d ms", config.lease_ms)
                 await stack.enter_async_context(lease_kept(ledger, pipeline.answers, pipeline.stops, stop, hurry))

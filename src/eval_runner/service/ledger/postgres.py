@@ -398,6 +398,22 @@ def open_ledger(database: str | None, state: Path, worker_pubkey: str, now: int,
     return PostgresLedger.connect(database, state, worker_pubkey, now, lease_ms=lease_ms)
 
 
+def read_usage_lines(url: str, since: str | None = None) -> tuple[tuple[str, str], ...]:
+    """`(day, line)` of every usage line in the database at `url` (every runner key's), from the day `since`
+    on, in the order written; none when the database has no usage lines yet (an older schema)."""
+    try:
+        with psycopg.connect(url, autocommit=True) as connection:
+            found = connection.execute("SELECT to_regclass('usage_lines')").fetchone()
+            if found is None or found[0] is None:
+                return ()
+            rows = connection.execute(
+                "SELECT day, line FROM usage_lines WHERE day >= %s ORDER BY day, rowid", (since or "",)
+            ).fetchall()
+    except psycopg.Error as error:
+        raise LedgerError(f"the ledger database could not be read: {_plain(error)}") from error
+    return tuple((str(day), str(line)) for day, line in rows)
+
+
 def _plain(error: psycopg.Error) -> str:
     """The first line of a database error, never the connection string (it may hold a password)."""
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -60,7 +60,7 @@ from eval_runner.service.requests.reply import Answers, EventPublisher, answer_t
 from eval_runner.service.requests.run_queue import RunQueue
 from eval_runner.service.requests.suites import Progress, SuiteError, SuiteResult, SuiteRunner
 from eval_runner.service.settings import Limits
-from eval_runner.service.usage import UsageLog
+from eval_runner.service.usage import UsageLog, usage_log_for
 
 CONTROL_NOT_FOUND = "no run of yours matches this control"
 UNDISPATCHED = "the claim couldn't be dispatched"
@@ -165,7 +165,7 @@ class Pipeline:
             suite_runner=suite_runner,
             publisher=publisher,
             quota=quota_for(config.quota_file, ledger),
-            usage=UsageLog(config.usage_dir),
+            usage=usage_log_for(config.usage_dir, ledger),
             limits=config.limits,
             clock=clock,
             metrics=metrics,

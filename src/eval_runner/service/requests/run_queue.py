@@ -36,7 +36,7 @@ from eval_runner.errors import EvalRunnerError
 from eval_runner.nostr import ConversationKeys, Event, NostrError, SecretKey
 from eval_runner.service.ledger.claims import Claim, Job, LedgerError, ResultConflictError
 from eval_runner.service.ledger.queued import Queued, QueueRecords, Taken
-from eval_runner.service.requests.admission import Admission, RefusalError, RunPlan
+from eval_runner.service.requests.admission import Admission, RefusalError, RunPlan, input_facts
 from eval_runner.service.requests.hosted_run import Arrival, HostedRun, RunContext
 from eval_runner.service.requests.opening import REQUEST_KIND, DropError, OpenedExecute, open_request
 from eval_runner.service.requests.quota import Ticket
@@ -54,6 +54,9 @@ class RebuildError(EvalRunnerError):
     def __init__(self, why: str) -> None:
         super().__init__(why)
         self.why = why
+        #: The request, when it opened again (its usage record is then kept) and its quota ticket.
+        self.opened: OpenedExecute | None = None
+        self.ticket: Ticket | None = None
 
 
 def plan_text(plan: RunPlan, ticket: Ticket) -> str:
@@ -205,7 +208,7 @@ class RunQueue:
         except RebuildError as error:
             if slot:
                 self.context.slots.release()
-            await self._failed(taken, arrival, error.why)
+            await self._unbuilt(taken, arrival, error, cancelled=claim.cancel_requested or not slot)
             return
         stop = asyncio.Event()
         if claim.cancel_requested or not slot:
@@ -227,6 +230,14 @@ class RunQueue:
         if not isinstance(opened, OpenedExecute):
             raise RebuildError("the queued request is not an execute request")
         try:
+            return await self._replan(opened, document)
+        except RebuildError as error:
+            error.opened = opened
+            raise
+
+    async def _replan(self, opened: OpenedExecute, document: Any) -> tuple[OpenedExecute, RunPlan, Ticket]:
+        event = opened.event
+        try:
             found = parse_input(opened.body.input)
             ticket_json = document["ticket"]
             ticket = Ticket(
@@ -244,14 +255,18 @@ class RunQueue:
         try:
             plan = await self.admission.plan(found, requester)
         except RefusalError as refusal:
-            raise RebuildError(refusal.message) from None
+            failure = RebuildError(refusal.message)
+            failure.ticket = ticket
+            raise failure from None
         try:
             if release is not None:
                 definition = dataclasses.replace(plan.subject.definition, event=release)
                 plan = dataclasses.replace(plan, subject=dataclasses.replace(plan.subject, definition=definition))
-            plan = dataclasses.replace(plan, defaults=self._defaults(document["defaults"]))
-        except BaseException:
+            plan = dataclasses.replace(plan, defaults=self._defaults(document.get("defaults")))
+        except BaseException as error:
             plan.close()
+            if isinstance(error, RebuildError):
+                error.ticket = ticket
             raise
         return opened, plan, ticket
 
@@ -279,22 +294,34 @@ class RunQueue:
             subjects.append(held)
         return AdoptedDefaults(release=release, lock=lock, subjects=tuple(subjects))
 
-    async def _failed(self, taken: Taken, arrival: Arrival, why: str) -> None:
-        """A taken run that could not be rebuilt: its job and result `failed`, answered to every alias."""
+    async def _unbuilt(self, taken: Taken, arrival: Arrival, error: RebuildError, *, cancelled: bool) -> None:
+        """A taken run that could not be rebuilt: `failed` with the reason (or `cancelled`, when that was
+        asked), its job, the quota given back, its usage record, and the result to every alias."""
         claim, context = taken.claim, self.context
-        logger.warning("run %s failed: %s", claim.key_name, why)
-        result = ResultBody.failed(claim.binding, claim.record, why)
+        if cancelled:
+            outcome, result = "cancelled", ResultBody.cancelled(claim.binding, claim.record)
+        else:
+            logger.warning("run %s failed: %s", claim.key_name, error.why)
+            outcome, result = "failed", ResultBody.failed(claim.binding, claim.record, error.why)
+        if error.ticket is not None:
+            await asyncio.to_thread(context.quota.give_back, error.ticket)
+        if error.opened is not None:
+            context.usage.keep(error.opened, arrival, input_facts(error.opened.body.input), outcome=outcome)
         with contextlib.suppress(LedgerError):
             job = await asyncio.to_thread(context.ledger.job, claim.key)
             if job is not None:
-                await asyncio.to_thread(context.ledger.save_job, dataclasses.replace(job, status="failed"))
+                await asyncio.to_thread(context.ledger.save_job, dataclasses.replace(job, status=outcome))
         try:
-            await asyncio.to_thread(context.ledger.finish, claim.key, "failed", answer_text(result.to_json()))
-            settled = await asyncio.to_thread(context.ledger.lookup, claim.key)
+            await asyncio.to_thread(context.ledger.finish, claim.key, outcome, answer_text(result.to_json()))
         except ResultConflictError:
+            pass  # settled meanwhile: the stored result stands, and is the one answered
+        except LedgerError as failure:
+            logger.error("ledger: %s", failure.message)
+            return
+        try:
             settled = await asyncio.to_thread(context.ledger.lookup, claim.key)
-        except LedgerError as error:
-            logger.error("ledger: %s", error.message)
+        except LedgerError as failure:
+            logger.error("ledger: %s", failure.message)
             return
         if settled is None or settled.result is None:
             return
