@@ -146,7 +146,7 @@ def startup_lines(
         f"sandbox {sandbox_text(confinement)}",
         f"limits  {config.limits.line()}",
         f"disk    {config.disk.line()}",
-        f"usage   {config.usage_dir}",
+        f"usage   {'the ledger database (every runner of the fleet)' if config.database else config.usage_dir}",
         f"liveness a probe every {probe} s; the subscription is renewed every {renew} s",
     ]
 
