@@ -3,9 +3,12 @@
 All three receive every request. About 200 events — runs, refusals, retransmissions of both and status
 controls — are each answered exactly once, by whichever runner took the event; a retransmission is
 answered from the shared record, and each run runs once on one runner.
-A cancel, taken by any runner, stops the run on the runner that holds it. One runner is SIGKILLed in the
-middle of a run: once its lease lapses a survivor answers that run
-`unknown` from the record, and nobody runs it again.
+Each runner has one suite slot; with all three busy, admitted runs wait in the database's queue. A
+queued run cancelled is answered `cancelled` at once and never runs. The runner that admitted the most
+queued runs is SIGKILLed in the middle of its own run: once its lease lapses a survivor answers that run
+`unknown` from the record, and nobody runs it again, while the runs it had queued complete on the
+survivors, each run once. A cancel, taken by any runner, stops the run on the runner that holds it.
+Every runner's usage lines are rows of the database, and `usage` counts one per answered request.
 
 Exactly once is checked after every runner has stopped (each answer was taken by the relay before its
 runner exited) and a last event, published after them all, has reached the trainer: the relay delivers
@@ -15,6 +18,8 @@ to a subscription in the order it took events, so nothing the runners sent can s
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +32,7 @@ from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import SecretKey, sign
 from eval_runner.service.ledger.claims import key_name, key_of
 from eval_runner.service.requests.reply import RESULT_KIND
+from eval_runner.service.usage import By, UsageArguments, usage_main
 from eval_runner.stand_ins.door import StandInDoor
 from tests.support.paths import EXAMPLE
 from tests.support.postgres_server import PostgresServer
@@ -39,6 +45,7 @@ from tests.support.trainer_side import Trainer, asking_case, catalog_tool, draft
 RUNNERS = 3
 RUNS = 8
 REFUSALS = 150
+REFUSALS_AGAIN = 35
 LEASE_MS = 2_000
 
 
@@ -97,6 +104,7 @@ async def test_three_runners_on_one_ledger_answer_each_request_once_and_a_dead_o
                 EVAL_RUNNER_DATABASE=database,
                 EVAL_RUNNER_LEASE_MS=str(LEASE_MS),
                 EVAL_RUNNER_CONCURRENCY="1",
+                EVAL_RUNNER_JOBS="1",
             )
             for n in range(RUNNERS)
         ]
@@ -106,32 +114,55 @@ async def test_three_runners_on_one_ledger_answer_each_request_once_and_a_dead_o
                 for process in runners:
                     await process.wait_for("ledger  shared in PostgreSQL")
 
-                # A cancel taken by any runner stops the run where it runs.
-                cancelled_event, cancelled_body = await trainer.run(stalling_run(), "req-cancelled")
-                await trainer.progress(cancelled_event, lambda notes: any(n.completed >= 2 for n in notes))
-                cancel = trainer.control_event("cancel", cancelled_event, cancelled_body.binding, reason="Stop")
-                await trainer.publish(cancel)
-                assert (await trainer.answer(cancel, CancelResult)).binding == cancelled_body.binding
-                stopped = await trainer.result(cancelled_event)
-                assert (stopped.outcome, stopped.dispatched) == ("cancelled", True)
+                # Every runner busy with a stalling run (one suite slot each), so the runs sent next wait queued.
+                stalls = [await trainer.run(stalling_run(), f"req-stall-{n}") for n in range(RUNNERS)]
+                for event, _ in stalls:
+                    await trainer.progress(event, lambda notes: any(n.completed >= 2 for n in notes))
+                stall_keys = [key_name(key_of(runner, principal, f"req-stall-{n}", 1)) for n in range(RUNNERS)]
+                holders = [await first_line(runners, f"running {key}") for key in stall_keys]
+                assert sorted(holders) == list(range(RUNNERS)), "one stalling run on each runner"
 
-                # A run that stalls, on whichever runner takes it; that runner is killed mid-run.
-                killed_event, _ = await trainer.run(stalling_run(), "req-killed")
-                killed_key = key_name(key_of(runner, principal, "req-killed", 1))
-                holder = await first_line(runners, f"running {killed_key}")
-                await trainer.progress(killed_event, lambda notes: any(n.completed >= 2 for n in notes))
-                await runners[holder].kill()
-                survivors = [process for index, process in enumerate(runners) if index != holder]
-
-                # Meanwhile, and after: runs, refusals, their retransmissions, status controls.
+                # Runs admitted by whichever runner took each event, all waiting in the database's queue.
                 runs = [await trainer.run(greeting_run(), f"req-run-{n}") for n in range(RUNS)]
+                for event, _ in runs:
+                    await trainer.progress(event, lambda notes: any(n.status == "queued" for n in notes))
+                run_keys = [key_name(key_of(runner, principal, f"req-run-{n}", 1)) for n in range(RUNS)]
+                queued_by = [[key for key in run_keys if process.matching(f"queued {key}")] for process in runners]
+                victim = max(range(RUNNERS), key=lambda index: len(queued_by[index]))
+                assert queued_by[victim], "the runner to be killed admitted queued runs"
+
+                # A queued run cancelled is answered at once by the runner that took the cancel, never run.
+                waiting_event, waiting_body = await trainer.run(greeting_run(), "req-waiting")
+                await trainer.progress(waiting_event, lambda notes: any(n.status == "queued" for n in notes))
+                cancel = trainer.control_event("cancel", waiting_event, waiting_body.binding, reason="Stop")
+                await trainer.publish(cancel)
+                assert (await trainer.answer(cancel, CancelResult)).binding == waiting_body.binding
+                assert (await trainer.result(waiting_event)).outcome == "cancelled"
+
+                # The runner that admitted the most queued runs is killed in the middle of its stalling run.
+                killed_event = stalls[holders.index(victim)][0]
+                killed_key = stall_keys[holders.index(victim)]
+                await runners[victim].kill()
+                survivors = [process for index, process in enumerate(runners) if index != victim]
+
+                # A cancel taken by any runner stops the run where it runs; the survivors' slots come free.
+                for (event, body), holder in zip(stalls, holders, strict=True):
+                    if holder == victim:
+                        continue
+                    control = trainer.control_event("cancel", event, body.binding, reason="Stop")
+                    await trainer.publish(control)
+                    assert (await trainer.answer(control, CancelResult)).binding == body.binding
+                    stopped = await trainer.result(event)
+                    assert (stopped.outcome, stopped.dispatched) == ("cancelled", True)
+
+                # The queued runs, the dead runner's among them, complete on the survivors; refusals meanwhile.
                 refusals = [await trainer.run(refused_at_once(), f"req-no-{n}", checked=False) for n in range(REFUSALS)]
                 for event, _ in runs:
                     assert (await trainer.result(event)).outcome == "completed"
                 for event, _ in refusals:
                     assert (await trainer.result(event)).outcome == "refused"
                 again = []
-                for _, body in runs[:4] + refusals[:35]:
+                for _, body in runs[:4] + refusals[:REFUSALS_AGAIN]:
                     event = trainer.execute_event(body)
                     await trainer.publish(event)
                     again.append(event)
@@ -150,6 +181,13 @@ async def test_three_runners_on_one_ledger_answer_each_request_once_and_a_dead_o
                 assert any("answered unknown" in process.text for process in survivors)
                 for process in survivors:
                     assert not process.matching(f"running {killed_key}"), "a survivor ran the dead runner's run"
+                for key in queued_by[victim]:
+                    assert not runners[victim].matching(f"running {key}")
+                    assert sum(len(process.matching(f"running {key}")) for process in survivors) == 1
+                assert not any(
+                    process.matching(f"running {key_name(key_of(runner, principal, 'req-waiting', 1))}")
+                    for process in runners
+                )
                 for process in survivors:
                     assert await process.terminate() == 0
 
@@ -157,11 +195,19 @@ async def test_three_runners_on_one_ledger_answer_each_request_once_and_a_dead_o
             sentinel = sign(SecretKey.generate(), RESULT_KIND, [["p", principal]], "end", int(time.time()))
             await trainer.publish(sentinel)
             await trainer.wait(lambda: any(event.id == sentinel.id for event in trainer.received))
-            every = [killed_event, cancelled_event, cancel, *(event for event, _ in (*runs, *refusals))]
+            every = [waiting_event, cancel, *(event for event, _ in (*stalls, *runs, *refusals))]
             for event in [*every, *again, *statuses]:
                 times = len(trainer.sent[event.id].answers) - len(trainer.sent[event.id].accepted)
                 times -= len(trainer.sent[event.id].progress)
                 assert times == 1, f"{event.id[:12]} answered {times} times"
             handled = sum(len(process.matching("running ")) for process in runners)
-            assert handled == 2 + RUNS, "each run ran once, on one runner"
+            assert handled == RUNNERS + RUNS, "each run ran once, on one runner"
             assert [reason for _, reason in trainer.unbound] == ["not signed by the runner"]
+
+            # Every runner's usage lines are in the database: `usage` reads them all, one per answered request.
+            out, err = io.StringIO(), io.StringIO()
+            arguments = UsageArguments(since=None, by=By.KEY, json=True, directory=tmp_path, database=database)
+            assert usage_main(arguments, stdout=out, stderr=err) == 0
+            total = json.loads(out.getvalue())[-1]
+            assert (total["completed"], total["refused"]) == (RUNS, REFUSALS + REFUSALS_AGAIN)
+            assert total["jobs"] == RUNS + REFUSALS + REFUSALS_AGAIN + RUNNERS  # 2 stalls and the waiting run cancelled

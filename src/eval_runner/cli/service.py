@@ -159,8 +159,11 @@ def register_usage(commands: Commands) -> None:
         "usage",
         help="the usage log by day, key, action, subject or outcome",
         description="Count the requests the runner answered, grouped by day, key, action, subject or outcome, "
-        "from its usage log; needs no key or catalog.",
-        epilog=environment((STATE_DIR, HOME)),
+        "from its usage log; needs no key or catalog. With EVAL_RUNNER_DATABASE set (and no --dir), every "
+        "runner's lines in the fleet's database.",
+        epilog=environment(
+            (STATE_DIR, HOME, Variable("EVAL_RUNNER_DATABASE", "(unset: the directory)", "a fleet's usage lines"))
+        ),
     )
     parser.add_argument(
         "--since", metavar="YYYY-MM-DD", type=_day, help="count days from this one (UTC) " + fixed_default("every day")
@@ -176,7 +179,9 @@ def register_usage(commands: Commands) -> None:
 
     def run(args: argparse.Namespace) -> int:
         directory = args.dir if args.dir is not None else default_directory(os.environ)
-        arguments = UsageArguments(since=args.since, by=args.by, json=args.json, directory=directory)
+        # A fleet's usage lines are rows of its database (every runner's), unless a directory is named.
+        database = (os.environ.get("EVAL_RUNNER_DATABASE") or None) if args.dir is None else None
+        arguments = UsageArguments(since=args.since, by=args.by, json=args.json, directory=directory, database=database)
         return _logged(lambda: usage_main(arguments, stdout=sys.stdout, stderr=sys.stderr))
 
     parser.set_defaults(handler=run)

@@ -152,7 +152,7 @@ def startup_lines(
         f"sandbox {sandbox_text(confinement)}",
         f"limits  {config.limits.line()}",
         f"disk    {config.disk.line()}",
-        f"usage   {config.usage_dir}",
+        f"usage   {'the ledger database (every runner of the fleet)' if config.database else config.usage_dir}",
         f"liveness a probe every {probe} s; the subscription is renewed every {renew} s",
     ]
 
@@ -347,9 +347,12 @@ async def _serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event) -> N
                 defaults=defaults.for_run,
                 metrics=metrics,
             )
+            stack.callback(pipeline.usage.close)  # a fleet's usage lines still on their way to the database
             if isinstance(ledger, PostgresLedger):  # a fleet's runner (service/fleet.py)
                 logger.info("ledger  shared in PostgreSQL, lease %d ms", config.lease_ms)
                 await stack.enter_async_context(lease_kept(ledger, pipeline.answers, pipeline.stops, stop, hurry))
+            if pipeline.queue is not None:  # admitted runs wait in the fleet's queue; take them while slots are free
+                pipeline.queue.start(stop)
             notifier = metrics.notifier(config.notify_socket)
             stack.callback(notifier.close)
             await _listen(url, secret, ledger, pipeline, notifier, liveness, stop, hurry, metrics)

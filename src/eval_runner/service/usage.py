@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -22,6 +24,9 @@ from typing import Final, TextIO
 
 from eval_runner.errors import EvalRunnerError
 from eval_runner.service.config import WHITE_SPACE
+from eval_runner.service.ledger.claims import LedgerError
+from eval_runner.service.ledger.counts import CountRecords
+from eval_runner.service.ledger.postgres import read_usage_lines
 from eval_runner.service.settings import os_error_text
 
 OUTCOMES: Final = ("completed", "failed", "cancelled", "refused")
@@ -185,6 +190,49 @@ class UsageLog:
             return False
         return True
 
+    def close(self) -> None:
+        """Write what is still waiting (a log that waits for nothing has nothing to do)."""
+
+
+class SharedUsageLog(UsageLog):
+    """A fleet's usage log (`EVAL_RUNNER_DATABASE`): each line a row of the shared ledger's `usage_lines`,
+    written by the runner that answered, so `usage` reads every runner's. `keep` hands the line to one
+    writer thread (a database round trip never holds up the event loop; lines keep their order); `close`
+    writes what is left. A failed write only logs, as a file's does."""
+
+    def __init__(self, lines: CountRecords) -> None:
+        super().__init__(Path())
+        self._lines = lines
+        self._waiting: queue.SimpleQueue[Record | None] = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._write_all, name="usage lines", daemon=True)
+        self._writer.start()
+
+    def append(self, record: Record) -> None:
+        try:
+            self._lines.keep_usage(record.day, record.line().rstrip("\n"))
+        except LedgerError as error:
+            raise UsageLogError(f"the ledger database: {error.message}") from None
+
+    def keep(self, record: Record) -> bool:
+        self._waiting.put(record)
+        return True
+
+    def close(self) -> None:
+        self._waiting.put(None)
+        self._writer.join()
+
+    def _write_all(self) -> None:
+        while (record := self._waiting.get()) is not None:
+            try:
+                self.append(record)
+            except UsageLogError as error:
+                logger.warning("usage log: %s", error)
+
+
+def usage_log_for(directory: Path, ledger: object) -> UsageLog:
+    """Where `serve` keeps usage lines: a fleet's shared ledger when it has one, else `directory`."""
+    return SharedUsageLog(ledger) if isinstance(ledger, CountRecords) and ledger.shared else UsageLog(directory)
+
 
 # --- reading ------------------------------------------------------------------------------------------
 
@@ -326,6 +374,19 @@ def read(directory: Path, since: str | None = None) -> UsageRead:
     return UsageRead(tuple(records), unreadable, len(days))
 
 
+def read_database(url: str, since: str | None = None) -> UsageRead:
+    """Every usage line of the fleet's database at `url` (every runner's, every runner key's), dated on or
+    after `since`, oldest day first; `days` counts the days that have lines."""
+    if since is not None and (problem := date_problem(since)) is not None:
+        raise UsageError(problem)
+    try:
+        lines = read_usage_lines(url, since)
+    except LedgerError as error:
+        raise UsageError(error.message) from None
+    found, unreadable = read_lines("".join(f"{line}\n" for _, line in lines).encode("utf-8"))
+    return UsageRead(tuple(found), unreadable, len({day for day, _ in lines}))
+
+
 # --- stats and the table ------------------------------------------------------------------------------
 
 
@@ -460,6 +521,8 @@ class UsageArguments:
     by: By
     json: bool
     directory: Path
+    #: A fleet's database (`EVAL_RUNNER_DATABASE`): read its usage lines instead of `directory`.
+    database: str | None = None
 
 
 def no_usage_line(directory: Path) -> str:
@@ -472,12 +535,16 @@ def usage_main(arguments: UsageArguments, *, stdout: TextIO, stderr: TextIO) -> 
     `eval-runner: <error>` on stderr and returns 1; otherwise 0. With no log yet the table is replaced by
     one line saying so (`--json` still prints the rows, all zero)."""
     try:
-        found = read(arguments.directory, arguments.since)
+        if arguments.database is not None:
+            found = read_database(arguments.database, arguments.since)
+        else:
+            found = read(arguments.directory, arguments.since)
     except UsageError as error:
         stderr.write(f"eval-runner: {error}\n")
         return 1
     if found.days == 0 and not arguments.json:
-        stdout.write(no_usage_line(arguments.directory) + "\n")
+        where = "the ledger database holds no usage lines" if arguments.database else None
+        stdout.write((f"no usage yet: {where}" if where else no_usage_line(arguments.directory)) + "\n")
         return 0
     rows = stats(found.records, arguments.by)
     stdout.write(rows_json(rows) + "\n" if arguments.json else table(rows, arguments.by))

@@ -99,6 +99,13 @@ class LedgerStorage:
         yield  # pragma: no cover
 
     @contextlib.contextmanager
+    def _unlocked_write(self) -> Iterator[Db]:
+        """A write transaction that need not wait for the key's other writers (rows lock one by one, where
+        the backend can); by default the ordinary write."""
+        with self._write() as db:
+            yield db
+
+    @contextlib.contextmanager
     def _read(self) -> Iterator[Db]:
         """A consistent read (one snapshot across statements)."""
         raise NotImplementedError

@@ -36,12 +36,14 @@ import psycopg
 from eval_runner.contracts.errors import Code, ContractError
 from eval_runner.service.ledger.backend import Db, LedgerStorage, Rows
 from eval_runner.service.ledger.claims import Claim, LedgerError
+from eval_runner.service.ledger.counts import CountRecords
 from eval_runner.service.ledger.file import LEDGER_FILE
+from eval_runner.service.ledger.queued import NOT_QUEUED, QUEUE_SCHEMA, QueueRecords
 from eval_runner.service.ledger.store import Ledger, _hex64
 
 #: The default lease: a runner silent for this long has its claims recovered by another.
 LEASE_MS: Final = 30_000
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 #: How long a handled event id is kept so no other runner handles it again (the catch-up asks back 600 s).
 TAKEN_DAYS: Final = 2
 _PHASES: Final = "'reserved','accepted','intended','running','terminal','unknown','tombstone'"
@@ -138,7 +140,11 @@ CREATE TABLE leases (
 );
 """
 #: Schema scripts by the version they bring the database to, as the SQLite file's (`file.MIGRATIONS`).
-MIGRATIONS: Final[dict[int, str]] = {1: SCHEMA, 2: "ALTER TABLE jobs ADD COLUMN publishing TEXT"}
+MIGRATIONS: Final[dict[int, str]] = {
+    1: SCHEMA,
+    2: "ALTER TABLE jobs ADD COLUMN publishing TEXT",
+    3: QUEUE_SCHEMA,
+}
 #: The advisory lock every runner takes while it brings the schema up to date.
 _MIGRATION_LOCK: Final = 0x6576616C2D72756E  # "eval-run"
 _LIVE_HOLDER: Final = (
@@ -252,8 +258,18 @@ class PostgresTables(LedgerStorage):
             except psycopg.Error as error:
                 raise LedgerError(f"the ledger read failed: {_plain(error)}") from error
 
+    @contextlib.contextmanager
+    def _unlocked_write(self) -> Iterator[Db]:
+        with self._mutex:
+            connection = self._connection()
+            try:
+                with connection.transaction():
+                    yield _Statements(connection)
+            except psycopg.Error as error:
+                raise LedgerError(f"the ledger write failed: {_plain(error)}") from error
+
     def _unheld(self, now: int) -> tuple[str, tuple[Any, ...]]:
-        return _LIVE_HOLDER, ()
+        return _LIVE_HOLDER + NOT_QUEUED, ()
 
     def take_event(self, event_id: str) -> bool:
         """Record that this runner handles `event_id`; False when another runner of the fleet already does."""
@@ -323,7 +339,7 @@ class PostgresTables(LedgerStorage):
             )
 
 
-class PostgresLedger(Ledger, PostgresTables):
+class PostgresLedger(QueueRecords, CountRecords, PostgresTables):
     """The execution ledger of one runner key in a PostgreSQL database several runners share."""
 
     @classmethod
@@ -380,6 +396,22 @@ def open_ledger(database: str | None, state: Path, worker_pubkey: str, now: int,
     if database is None:
         return Ledger.open(state / LEDGER_FILE, worker_pubkey, now)
     return PostgresLedger.connect(database, state, worker_pubkey, now, lease_ms=lease_ms)
+
+
+def read_usage_lines(url: str, since: str | None = None) -> tuple[tuple[str, str], ...]:
+    """`(day, line)` of every usage line in the database at `url` (every runner key's), from the day `since`
+    on, in the order written; none when the database has no usage lines yet (an older schema)."""
+    try:
+        with psycopg.connect(url, autocommit=True) as connection:
+            found = connection.execute("SELECT to_regclass('usage_lines')").fetchone()
+            if found is None or found[0] is None:
+                return ()
+            rows = connection.execute(
+                "SELECT day, line FROM usage_lines WHERE day >= %s ORDER BY day, rowid", (since or "",)
+            ).fetchall()
+    except psycopg.Error as error:
+        raise LedgerError(f"the ledger database could not be read: {_plain(error)}") from error
+    return tuple((str(day), str(line)) for day, line in rows)
 
 
 def _plain(error: psycopg.Error) -> str:

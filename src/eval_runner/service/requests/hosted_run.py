@@ -118,7 +118,7 @@ class ProgressStream:
         self._context = context
         self._claim = claim
         self._planned = planned
-        self._seq = 0
+        self._seq = len(claim.progress)  # a run taken from a fleet's queue goes on after its `queued` note
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[tuple[str, int] | None] = asyncio.Queue()
         self._worker = self._loop.create_task(self._send_all())
@@ -177,7 +177,14 @@ class HostedRun:
         claim: Claim,
         ticket: Ticket,
         stop: asyncio.Event,
+        *,
+        queued: bool = False,
+        slot_held: bool = False,
     ) -> None:
+        """`queued`: taken from a fleet's queue, its job and `queued` note already recorded; `slot_held`:
+        the taker holds a suite slot for it already (released when the run ends)."""
+        self.queued = queued
+        self.slot_held = slot_held
         self.context = context
         self.opened = opened
         self.arrival = arrival
@@ -213,8 +220,9 @@ class HostedRun:
 
     async def _run(self, progress: ProgressStream) -> None:
         context, claim, plan = self.context, self.claim, self.plan
-        await self._save_job(self.job)
-        progress.note("queued", 0)
+        if not self.queued:
+            await self._save_job(self.job)
+            progress.note("queued", 0)
         suite: SuiteResult | None = None
         failure: str | None = None
         if await self._slot():
@@ -251,6 +259,11 @@ class HostedRun:
 
     async def _slot(self) -> bool:
         """A suite slot, or False when the stop switch is set first (the run then never starts)."""
+        if self.slot_held:
+            if self.stop.is_set():
+                self.context.slots.release()
+                return False
+            return True
         if self.stop.is_set():
             return False
         acquire = asyncio.ensure_future(self.context.slots.acquire())

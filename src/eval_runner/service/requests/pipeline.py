@@ -32,6 +32,7 @@ from eval_runner.service.ledger.claims import (
     ResultConflictError,
     Retransmission,
 )
+from eval_runner.service.ledger.queued import QueueRecords
 from eval_runner.service.ledger.store import Ledger
 from eval_runner.service.metrics import NO_METRICS, Metrics
 from eval_runner.service.relay.connection import RelayClient
@@ -54,11 +55,12 @@ from eval_runner.service.requests.opening import (
     open_request,
 )
 from eval_runner.service.requests.publish import PublishError, Publishing, crash_point, failed_line, published_line
-from eval_runner.service.requests.quota import OverQuotaError, Quota, Ticket
+from eval_runner.service.requests.quota import OverQuotaError, Quota, Ticket, quota_for
 from eval_runner.service.requests.reply import Answers, EventPublisher, answer_text
+from eval_runner.service.requests.run_queue import RunQueue
 from eval_runner.service.requests.suites import Progress, SuiteError, SuiteResult, SuiteRunner
 from eval_runner.service.settings import Limits
-from eval_runner.service.usage import UsageLog
+from eval_runner.service.usage import UsageLog, usage_log_for
 
 CONTROL_NOT_FOUND = "no run of yours matches this control"
 UNDISPATCHED = "the claim couldn't be dispatched"
@@ -113,6 +115,19 @@ class Pipeline:
         self.publishing = Publishing(
             secret=secret, ledger=ledger, relay=admission.relay, blobs=admission.blobs, publisher=publisher
         )
+        #: A fleet's queue of admitted runs (service/requests/run_queue.py); None: runs wait for a slot here.
+        self.queue = (
+            RunQueue(
+                ledger=ledger,
+                secret=secret,
+                keys=self._keys,
+                admission=admission,
+                context=self._context,
+                tasks=self._tasks,
+            )
+            if isinstance(ledger, QueueRecords) and ledger.shared
+            else None
+        )
 
     @classmethod
     def from_config(
@@ -149,8 +164,8 @@ class Pipeline:
             ),
             suite_runner=suite_runner,
             publisher=publisher,
-            quota=Quota(config.quota_file),
-            usage=UsageLog(config.usage_dir),
+            quota=quota_for(config.quota_file, ledger),
+            usage=usage_log_for(config.usage_dir, ledger),
             limits=config.limits,
             clock=clock,
             metrics=metrics,
@@ -189,11 +204,15 @@ class Pipeline:
 
     async def wait_idle(self) -> None:
         """Wait until every run this pipeline started has sent its result."""
+        if self.queue is not None:
+            await self.queue.finished()
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def aclose(self) -> None:
         """Stop every run in flight (a restart will answer them `unknown`) and wait for them to end."""
+        if self.queue is not None:
+            self.queue.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -236,6 +255,8 @@ class Pipeline:
             if stop is not None and not stop.is_set():
                 stop.set()
                 logger.info("cancelling %s", claim.key_name)
+            if self.queue is not None:  # still waiting in a fleet's queue: answered cancelled now
+                await self.queue.cancel_queued(claim.key)
 
     # -- executes (§9.4–9.7) -------------------------------------------------------------------
 
@@ -324,6 +345,11 @@ class Pipeline:
             return await self._undispatched(opened, arrival, ticket, key, UNDISPATCHED)
         await self.answers.feedback(opened.principal, opened.event.id, accepted.to_json())
         self.metrics.accepted(self.clock() - arrival.ms / 1000)
+        if self.queue is not None:  # a fleet: the run waits in the shared queue for any runner's slot
+            self.stops.pop(key, None)
+            if await self.queue.enqueue(opened, arrival, plan, prepared, ticket):
+                return True
+            self.stops[key] = stop
         run = HostedRun(self._context, opened, arrival, plan, prepared, ticket, stop)
         task = asyncio.get_running_loop().create_task(run.run())
         self._tasks.add(task)

@@ -20,6 +20,8 @@ from types import MappingProxyType
 from typing import Final
 
 from eval_runner.errors import EvalRunnerError
+from eval_runner.service.ledger.claims import LedgerError
+from eval_runner.service.ledger.counts import CountRecords
 from eval_runner.service.settings import Limits, os_error_text
 
 DAY_SECONDS: Final = 86_400
@@ -144,6 +146,56 @@ class Quota:
             write_atomic(self.path, self._day.to_json().encode("utf-8"))
         except OSError as error:
             logger.warning("quota: %s: %s", self.path, os_error_text(error))
+
+
+class SharedQuota(Quota):
+    """The same counts in a fleet's shared ledger (`EVAL_RUNNER_DATABASE`): each count is one transaction
+    under the key's writer lock, so the brake holds fleet-wide and exactly, however many runners admit at
+    once. No `quota.json` is read or written. A database failure counts nothing and admits the run (the
+    ledger's own write then says whether the database is there), as an unreadable `quota.json` does."""
+
+    def __init__(self, counts: CountRecords) -> None:
+        self.path = Path()
+        self._lock = threading.Lock()
+        self._counts = counts
+
+    def today(self, now: float) -> DayCounts:
+        day = day_of(now)
+        runs, turns = self._counts.day_counts(day)
+        return DayCounts(day, MappingProxyType(dict(runs)), turns)
+
+    def take(self, trainer: str, turns: int, *, check: bool, now: float, limits: Limits) -> Ticket:
+        if turns < 0:
+            raise ValueError("turns are never negative")
+        day = day_of(now)
+        try:
+            counted = self._counts.count(
+                trainer,
+                turns,
+                run=not check,
+                day=day,
+                runs_brake=limits.runs_per_trainer,
+                turns_brake=limits.turns_per_day,
+            )
+        except LedgerError as error:
+            logger.warning("quota: %s", error.message)
+            return Ticket(day, trainer, False, 0)
+        if not counted:
+            raise OverQuotaError()
+        return Ticket(day, trainer, not check, turns)
+
+    def give_back(self, ticket: Ticket) -> None:
+        if not ticket.run and not ticket.turns:
+            return
+        try:
+            self._counts.uncount(ticket.trainer, ticket.turns, run=ticket.run, day=ticket.day)
+        except LedgerError as error:
+            logger.warning("quota: %s", error.message)
+
+
+def quota_for(path: Path, ledger: object) -> Quota:
+    """The counts `serve` keeps: in a fleet's shared ledger when it has one, else in `path` (`quota.json`)."""
+    return SharedQuota(ledger) if isinstance(ledger, CountRecords) and ledger.shared else Quota(path)
 
 
 def _count(value: object) -> int | None:
