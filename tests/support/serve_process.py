@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import socket
 import sys
@@ -33,11 +34,23 @@ BOUND: Final = 30.0
 SUBSCRIBED: Final = "subscribed; requests arrive live from here"
 
 
+#: Below Linux's ephemeral range (32768–60999), so no client socket of this machine takes the port between
+#: the choice and the bind, nor while a killed `serve` is restarted on it.
+PORTS = range(20_000, 32_000, 2)
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on now (the relay binds it next)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A loopback port nothing listens on now, and its next one (the embedded blob server's default): the
+    relay binds the first next, the blob server the second."""
+    for port in random.sample(PORTS, len(PORTS)):
+        with socket.socket() as first, socket.socket() as second:
+            try:
+                first.bind(("127.0.0.1", port))
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free pair of loopback ports below the ephemeral range")
 
 
 def runner_env(
