@@ -7,14 +7,21 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import eval_runner.service.check as check_module
 from eval_runner.engine.run.sandbox import Unconfined
-from eval_runner.service.check import check_main
+from eval_runner.engine.testset.catalog import Catalog
+from eval_runner.service.check import UNREADABLE_DATABASE, check_lines, check_main, database_text
+from eval_runner.service.config import Config
 from eval_runner.service.serve import serve_main
+from tests.support.paths import EXAMPLE
 from tests.support.plain_words import assert_plain
+from tests.support.sandboxed_runs import host_confinement
 
 BRAKE = "is an emergency brake: leave it unset for no limit, or set a positive number, not"
 
@@ -91,3 +98,57 @@ def test_past_the_configuration_every_problem_is_listed_too(tmp_path: Path, monk
     assert lines[3] == f"eval-runner: EVAL_RUNNER_CODER {agent}: No such file or directory"
     assert_plain(err)
     assert not (tmp_path / "state").exists()
+
+
+def test_in_a_fleet_the_usage_line_names_the_ledger_database_never_its_password(tmp_path: Path) -> None:
+    environ = {
+        "HOME": str(tmp_path),
+        "EVAL_RUNNER_STATE": str(tmp_path / "state"),
+        "CODER_DOOR_KEY": "door-key",
+        "EVAL_RUNNER_CATALOG": str(EXAMPLE),
+        "EVAL_RUNNER_CODER": str(tmp_path / "coder"),
+    }
+    catalog = Catalog.load([EXAMPLE])
+    confinement = host_confinement()
+    alone = check_lines(Config.from_env(environ), catalog, "sha256:0", confinement)
+    assert f"usage    {tmp_path / 'state' / 'usage'}" in alone
+    url = "postgresql://eval:s3cret-pw@db.example:5433/ledger?sslmode=require&password=s3cret-pw"
+    fleet = check_lines(Config.from_env(environ | {"EVAL_RUNNER_DATABASE": url}), catalog, "sha256:0", confinement)
+    assert [line for line in fleet if line.startswith("usage")] == [
+        "usage    the ledger database postgresql://eval@db.example:5433/ledger (every runner of the fleet)"
+    ]
+    assert "s3cret" not in "\n".join(fleet)
+    assert [line for line in fleet if not line.startswith("usage")] == [
+        line for line in alone if not line.startswith("usage")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("postgresql:///ledger", "postgresql:///ledger"),
+        ("postgres://u:pw@[::1]:5432/l?password=pw", "postgresql://u@[::1]:5432/l"),
+        ("postgresql://u:pw@a,b:7/l", "postgresql://u@a,b:7/l"),
+        ("postgresql://u:p%40w@/l?host=/run/pg&port=5433", "postgresql://u@/l?host=/run/pg&port=5433"),
+        ("postgresql://u:pa/ss@host/db", UNREADABLE_DATABASE),  # libpq reads `ss@host/db` as the database
+        ("postgresql://u:pw@h/db?sslmode=wrong=", UNREADABLE_DATABASE),
+    ],
+)
+def test_a_database_is_named_as_the_connection_reads_it(url: str, named: str) -> None:
+    assert database_text(url) == named
+
+
+@given(
+    st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1),
+    st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20),
+)
+def test_no_password_reaches_the_databases_name(password: str, tail: str) -> None:
+    secret = f"pw-{password}"
+    for url in (
+        f"postgresql://eval:{quote(secret, safe='')}@db.example:5432/ledger",
+        f"postgresql://eval@db.example/ledger?password={quote(secret, safe='')}",
+        f"postgresql://eval:{secret}@db.example/ledger{tail}",  # not escaped, as an operator may write it
+    ):
+        named = database_text(url)
+        assert secret not in named
+        assert quote(secret, safe="") not in named

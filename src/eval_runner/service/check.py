@@ -2,7 +2,9 @@
 
 It runs nothing and changes nothing (never the ledger, the relay's store, the quota or the usage log: a check
 beside a live runner must not settle that runner's claims), and it names every problem it finds, not only the
-first, so one run of `check` is enough to fix a configuration.
+first, so one run of `check` is enough to fix a configuration. In a fleet (`EVAL_RUNNER_DATABASE`) the
+ledger, the brake's counts and the usage lines are the database's, so `check` names the database (never
+its password) where a lone runner's `usage` line names its state directory.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Mapping, Sequence
-from typing import TextIO
+from typing import Final, TextIO
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from eval_runner.contracts.hosted import RUNNER
 from eval_runner.engine.run.confinement import probe
@@ -22,6 +27,8 @@ from eval_runner.service.serve import ServeError, agent_digest, blobs_text, load
 from eval_runner.service.settings import EmbeddedRelay
 
 CLOSED_HINT = "admission closed (remove the closed file to open it)"
+#: What `check` says of a database URL it cannot name without risking part of a password.
+UNREADABLE_DATABASE: Final = "a URL that does not read (percent-encode a password's special characters)"
 
 
 class CheckError(ServeError):
@@ -48,6 +55,38 @@ def runner_lines(config: Config) -> list[str]:
     return lines
 
 
+def database_text(url: str) -> str:
+    """The ledger database as an operator recognises it, `postgresql://user@host:port/dbname`, read the way
+    the connection reads it (libpq's rules, so a `?host=` socket directory counts): never the password, nor
+    any other parameter (`?password=` is one). A URL whose parts hold an `@` (an unescaped password's
+    characters taken as a host or database name) is not named at all."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.Error:
+        return UNREADABLE_DATABASE
+    user, host, port, dbname = (str(parts.get(name) or "") for name in ("user", "host", "port", "dbname"))
+    if any("@" in part for part in (user, host, port, dbname)) or "/" in dbname or "/" in port:
+        return UNREADABLE_DATABASE
+    login = f"{user}@" if user else ""
+    if host.startswith("/"):  # a socket directory
+        return f"postgresql://{login}/{dbname}?host={host}" + (f"&port={port}" if port else "")
+    hosts = host.split(",")
+    ports = port.split(",")
+    ports = ports * len(hosts) if len(ports) == 1 else ports  # one port for every host, as libpq reads it
+    where = ",".join(
+        (f"[{name}]" if ":" in name else name) + (f":{number}" if number else "")
+        for name, number in zip(hosts, ports, strict=False)
+    )
+    return f"postgresql://{login}{where}/{dbname}"
+
+
+def usage_text(config: Config) -> str:
+    """Where the usage log is: the state directory's `usage`, or a fleet's ledger database."""
+    if config.database is None:
+        return str(config.usage_dir)
+    return f"the ledger database {database_text(config.database.expose())} (every runner of the fleet)"
+
+
 def check_lines(config: Config, catalog: Catalog, digest: str, confinement: Confinement) -> list[str]:
     """Everything after the runner lines."""
     relay = config.relay
@@ -64,7 +103,7 @@ def check_lines(config: Config, catalog: Catalog, digest: str, confinement: Conf
         *(f"catalog  {tool.name} {tool.definition.id}" for tool in catalog.tools),
         f"limits   {config.limits.line()}",
         f"disk     {config.disk.line()}",
-        f"usage    {config.usage_dir}",
+        f"usage    {usage_text(config)}",
         CLOSED_HINT if config.admission_closed() else "admission open",
     ]
 

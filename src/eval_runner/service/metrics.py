@@ -10,7 +10,9 @@ runners in one process never share counts), fed from the places that already def
 - a request answered is its usage record (`UsageKeeper.keep`): requests by outcome and code, refusals by
   code, runs and agent turns by outcome, and the time from arrival to the answer;
 - suite slots in use and runs queued for one come from the pipeline's slot semaphore (`suite_slots`), run
-  slots in use from the engine's `Started`/`Finished` events;
+  slots in use from the engine's `Started`/`Finished` events; in a fleet (`EVAL_RUNNER_DATABASE`) admitted
+  runs wait in the database's queue instead, so `queued_runs` is that queue's depth (every runner's), read
+  at each scrape in a thread (`refresh`), never on the event loop;
 - the relay's state and `/healthz` follow the same proofs systemd's watchdog gets (`WatchedNotifier`): the
   subscription's `EOSE`, each answered probe, each renewal; a connection that ends makes it unhealthy at
   once, and a subscription not proven for two probe periods (the listener gives a connection up by then)
@@ -39,6 +41,7 @@ from prometheus_client.exposition import choose_encoder, generate_latest
 from eval_runner.errors import EvalRunnerError
 from eval_runner.service.blobs import BlobError, Upload
 from eval_runner.service.blobs.bucket import BlobStorage
+from eval_runner.service.ledger.claims import LedgerError
 from eval_runner.service.relay.liveness import Ended
 from eval_runner.service.relay.notify import Notifier
 from eval_runner.service.settings import Limits, MetricsListen, os_error_text
@@ -54,6 +57,8 @@ PROBE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 HEALTHY: Final = "ok: the requests subscription is proven\n"
 UNHEALTHY: Final = "unhealthy: the requests subscription is not proven\n"
 _WORD: Final = re.compile(r"[a-z][a-z_]{0,39}")
+#: How long a scrape waits for the fleet's queue depth before it answers without it (NaN).
+DEPTH_SECONDS: Final = 5.0
 
 logger = logging.getLogger(__name__)
 
@@ -126,12 +131,16 @@ NO_METRICS: Final[Metrics] = NoMetrics()
 class CountedSlots(asyncio.Semaphore):
     """The pipeline's suite slots, counting the runs waiting for one and the slots in use."""
 
-    def __init__(self, jobs: int, waiting: Gauge, in_use: Gauge) -> None:
+    def __init__(self, jobs: int, waiting: Gauge | None, in_use: Gauge) -> None:
         super().__init__(jobs)
         self._waiting = waiting
         self._in_use = in_use
 
     async def acquire(self) -> Literal[True]:
+        if self._waiting is None:  # a fleet: what waits is counted in the database's queue
+            await super().acquire()
+            self._in_use.inc()
+            return True
         self._waiting.inc()
         try:
             await super().acquire()
@@ -182,10 +191,21 @@ class WatchedNotifier(Notifier):
 
 
 class RunnerMetrics:
-    """Every metric of one runner, in a registry of its own; implements `Metrics` and the relay's hooks."""
+    """Every metric of one runner, in a registry of its own; implements `Metrics` and the relay's hooks.
+    `queue_depth`, given in a fleet, reads the database queue's depth (blocking: it is called in a thread)."""
 
-    def __init__(self, limits: Limits, *, probe: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        limits: Limits,
+        *,
+        probe: float,
+        clock: Callable[[], float] = time.monotonic,
+        queue_depth: Callable[[], int] | None = None,
+    ) -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
+        self._queue_depth = queue_depth
+        self._depth_read: asyncio.Future[int] | None = None
+        self._depth_failed = False
         self.health = Health(2 * probe, clock)
 
         def counter(name: str, text: str, labels: tuple[str, ...] = ()) -> Counter:
@@ -205,7 +225,12 @@ class RunnerMetrics:
         self.suite_slots_in_use = gauge("suite_slots_in_use", "suites running now")
         self.run_slots_total = gauge("run_slots", "agent runs that may run at once (suites x EVAL_RUNNER_CONCURRENCY)")
         self.run_slots_in_use = gauge("run_slots_in_use", "agent runs (sandboxed turns and their grading) now")
-        self.queued = gauge("queued_runs", "admitted runs waiting for a suite slot")
+        self.queued = gauge(
+            "queued_runs",
+            "admitted runs waiting for a suite slot"
+            if queue_depth is None
+            else "admitted runs waiting in the fleet's database queue (every runner's); NaN when it can't be read",
+        )
         self.relay_state = StateEnum(
             f"{PREFIX}_relay_state",
             "the requests subscription: connecting (never proven yet), subscribed (proven), reconnecting",
@@ -259,7 +284,7 @@ class RunnerMetrics:
         self.time_to_accepted.observe(max(0.0, seconds))
 
     def suite_slots(self, jobs: int) -> asyncio.Semaphore:
-        return CountedSlots(jobs, self.queued, self.suite_slots_in_use)
+        return CountedSlots(jobs, self.queued if self._queue_depth is None else None, self.suite_slots_in_use)
 
     def turns_running(self, delta: int) -> None:
         self.run_slots_in_use.inc(delta)
@@ -290,6 +315,29 @@ class RunnerMetrics:
         return CountedBlobs(store, self.blob_errors)
 
     # -- what the endpoint serves --------------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Before a scrape: read the fleet's queue depth in a thread (one read at a time, however many
+        scrapes wait on it) into `queued_runs`; NaN when the database does not answer in `DEPTH_SECONDS`
+        or fails. A lone runner's counts are always current, so there is nothing to read."""
+        read = self._queue_depth
+        if read is None:
+            return
+        if self._depth_read is None or self._depth_read.done():
+            self._depth_read = asyncio.ensure_future(asyncio.to_thread(read))
+            # A read that outlives its scrapes is still retrieved, so a late failure is not reported as lost.
+            self._depth_read.add_done_callback(lambda done: done.cancelled() or done.exception())
+        try:
+            depth = await asyncio.wait_for(asyncio.shield(self._depth_read), DEPTH_SECONDS)
+        except (LedgerError, TimeoutError) as error:
+            if not self._depth_failed:
+                why = error.message if isinstance(error, LedgerError) else f"no answer in {DEPTH_SECONDS:g} s"
+                logger.warning("metrics: the queue's depth can't be read: %s", why)
+            self._depth_failed = True
+            self.queued.set(float("nan"))
+            return
+        self._depth_failed = False
+        self.queued.set(depth)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -324,6 +372,7 @@ def endpoint(metrics: RunnerMetrics) -> web.Application:
     """`GET /metrics` (Prometheus text) and `GET /healthz` (200 while the subscription is proven, else 503)."""
 
     async def scrape(request: web.Request) -> web.Response:
+        await metrics.refresh()
         # The format the scraper asks for (Accept), as prometheus-client's own server chooses it.
         encode, content_type = choose_encoder(request.headers.get("Accept", ""))
         response = web.Response(body=encode(metrics.registry))

@@ -307,7 +307,11 @@ async def _serve(config: Config, stop: asyncio.Event, hurry: asyncio.Event) -> N
             )
             for line in lines:
                 logger.info(line)
-            metrics = RunnerMetrics(config.limits, probe=config.probe_ms / 1000)
+            metrics = RunnerMetrics(
+                config.limits,
+                probe=config.probe_ms / 1000,
+                queue_depth=ledger.queue_depth if isinstance(ledger, PostgresLedger) else None,  # a fleet's queue
+            )
             if config.metrics_listen is not None:
                 await stack.enter_async_context(serving(metrics, config.metrics_listen))
             blobs = metrics.blobs(blobs)

@@ -23,7 +23,8 @@ from eval_runner.service.ledger.postgres import PostgresLedger
 from eval_runner.service.relay.publisher import Publisher
 from eval_runner.service.requests.admission import NOT_A_CATALOG_TOOL, Admission, ToolRelease
 from eval_runner.service.requests.pipeline import Pipeline
-from eval_runner.service.requests.quota import quota_for
+from eval_runner.service.requests.quota import day_of, quota_for
+from eval_runner.service.requests.run_queue import DEADLINE_PASSED
 from eval_runner.service.settings import Limits
 from eval_runner.service.usage import read_database, usage_log_for
 from tests.support.paths import EXAMPLE
@@ -132,6 +133,41 @@ async def test_a_queued_run_that_no_longer_plans_fails_with_the_reason(
         job = taker.ledger.job(result_key(taker, trainer, "req-unplanned"))
         assert job is not None
         assert job.status == "failed"
+    assert [record.outcome for record in read_database(url).records] == ["failed"]
+
+
+async def test_a_queued_run_whose_deadline_passed_fails_unrun_and_gives_its_quota_back(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    url = postgres.fresh_schema()
+    secret = SecretKey.generate()
+    catalog = Catalog.load([EXAMPLE])
+    stop = asyncio.Event()
+    async with (
+        local_relay() as relay,
+        runner(url, relay, secret, tmp_path / "admits", catalog, released) as admitter,
+        runner(url, relay, secret, tmp_path / "takes", catalog, None) as taker,
+        Trainer(relay, secret.public_key().to_hex()) as trainer,
+    ):
+        event = trainer.execute_event(trainer.body(greeting(), "req-late"))
+        await admitter.pipeline.handle(event)
+        day = day_of(time.time())
+        assert admitter.ledger.day_counts(day) == ({trainer.pubkey: 1}, 2)
+        claim = admitter.ledger.lookup(result_key(admitter, trainer, "req-late"))
+        assert claim is not None
+        assert taker.pipeline.queue is not None
+        taker.pipeline.queue.clock = lambda: float(claim.deadline)  # the taker's first look is at the deadline
+        taker.pipeline.queue.start(stop)
+        result = await trainer.result(event)
+        stop.set()
+        assert (result.outcome, result.message) == ("failed", DEADLINE_PASSED)
+        assert (admitter.suite.runs, taker.suite.runs) == (0, 0), "never run"
+        assert [note.status for note in trainer.sent[event.id].progress] == ["queued"]
+        assert taker.ledger.queue_depth() == 0
+        job = taker.ledger.job(claim.key)
+        assert job is not None
+        assert job.status == "failed"
+        assert taker.ledger.day_counts(day) == ({}, 0), "the run's share given back"
     assert [record.outcome for record in read_database(url).records] == ["failed"]
 
 

@@ -13,8 +13,10 @@ a draft is written out again, a published test set comes again from its release 
 second admission might decide differently is taken from the row (`plan`): the tool's release, coder's
 defaults as read at admission (the lock's bytes, the adopted tools by definition), and the quota ticket.
 The switch and the disk floor are not asked again: the run was accepted. A run that cannot be rebuilt
-fails with the reason (it was accepted, so it is answered, never refused). Progress and the result come
-from the runner that runs it, to the requester's first execute event and every alias.
+fails with the reason (it was accepted, so it is answered, never refused). A run whose request's deadline
+passed while it waited is never run: it fails with `DEADLINE_PASSED`, its quota given back, as admission
+would have refused it `stale` had it arrived then. Progress and the result come from the runner that runs
+it, to the requester's first execute event and every alias.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import contextlib
 import dataclasses
 import json
 import logging
+import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from eval_runner.contracts.answers import ProgressBody, ResultBody
@@ -44,6 +48,8 @@ from eval_runner.service.requests.reply import answer_text
 
 #: Seconds between looks at the queue while this runner has a free slot and nothing woke it.
 POLL: Final = 0.25
+#: The failed result of a queued run whose request's deadline passed before a runner took it.
+DEADLINE_PASSED: Final = "the request's deadline passed while it waited in the queue"
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +96,7 @@ class RunQueue:
         context: RunContext,
         tasks: set[asyncio.Task[None]],
         poll: float = POLL,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.ledger = ledger
         self._secret = secret
@@ -98,6 +105,8 @@ class RunQueue:
         self.context = context
         self._tasks = tasks
         self.poll = poll
+        #: Unix seconds, for the request's deadline (a test moves it past one).
+        self.clock = clock
         self._wake = asyncio.Event()
         self._taking: asyncio.Task[None] | None = None
 
@@ -204,7 +213,7 @@ class RunQueue:
         claim, queued = taken.claim, taken.queued
         arrival = Arrival(queued.arrival_ms, queued.bytes_in)
         try:
-            opened, plan, ticket = await self._rebuild(queued)
+            opened, plan, ticket = await self._rebuild(queued, claim.deadline)
         except RebuildError as error:
             if slot:
                 self.context.slots.release()
@@ -220,7 +229,7 @@ class RunQueue:
         finally:
             self._wake.set()
 
-    async def _rebuild(self, queued: Queued) -> tuple[OpenedExecute, RunPlan, Ticket]:
+    async def _rebuild(self, queued: Queued, deadline: int) -> tuple[OpenedExecute, RunPlan, Ticket]:
         try:
             document = json.loads(queued.plan)
             event = Event.from_json(json.loads(queued.request))
@@ -230,12 +239,14 @@ class RunQueue:
         if not isinstance(opened, OpenedExecute):
             raise RebuildError("the queued request is not an execute request")
         try:
-            return await self._replan(opened, document)
+            return await self._replan(opened, document, deadline)
         except RebuildError as error:
             error.opened = opened
             raise
 
-    async def _replan(self, opened: OpenedExecute, document: Any) -> tuple[OpenedExecute, RunPlan, Ticket]:
+    async def _replan(
+        self, opened: OpenedExecute, document: Any, deadline: int
+    ) -> tuple[OpenedExecute, RunPlan, Ticket]:
         event = opened.event
         try:
             found = parse_input(opened.body.input)
@@ -251,6 +262,10 @@ class RunQueue:
             raise RebuildError(f"the queued run does not read: {error}") from None
         if not isinstance(found, RunInput):
             raise RebuildError("the queued request is not a run")
+        if self.clock() >= deadline:  # as admission's `now ≥ deadline`; checked before anything is staged
+            late = RebuildError(DEADLINE_PASSED)
+            late.ticket = ticket
+            raise late
         requester = EventRef(id=event.id, pubkey=opened.principal, kind=REQUEST_KIND)
         try:
             plan = await self.admission.plan(found, requester)
