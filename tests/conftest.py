@@ -1,4 +1,5 @@
-"""Fixtures the whole suite shares: the throwaway PostgreSQL server and the ledger's two backends.
+"""Fixtures the whole suite shares: the throwaway PostgreSQL server, the ledger's two backends, and a world of
+published results (`world`; a test module that needs another world defines its own, which pytest prefers).
 
 The server starts once per session, and only if a test asks for it (`postgres`). When it truly cannot
 start here the tests that need it skip with the reason, loudly (`-ra` prints it) — except under CI
@@ -9,13 +10,16 @@ start here the tests that need it skip with the reason, loudly (`-ra` prints it)
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from tests.support.ledger_backends import BACKENDS, LedgerBackend
 from tests.support.outside_parts import unavailable
 from tests.support.postgres_server import PostgresServer, PostgresUnavailableError, postgres_server
+from tests.support.published_results import Published, published
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +46,10 @@ def ledger_backend(request: pytest.FixtureRequest) -> LedgerBackend:
         return LedgerBackend("sqlite")
     server: PostgresServer = request.getfixturevalue("postgres")
     return LedgerBackend("postgresql", server)
+
+
+@pytest_asyncio.fixture
+async def world(tmp_path: Path) -> AsyncIterator[Published]:
+    """A runner's results published on a real relay and the real embedded blob server (`published`)."""
+    async with published(tmp_path) as found:
+        yield found

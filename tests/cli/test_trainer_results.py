@@ -6,15 +6,10 @@ test set they ran with what cites them, and the command lines a check or a valid
 from __future__ import annotations
 
 import argparse
-import asyncio
 import io
 import json
-import os
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest_asyncio
 from rich.console import Console
 
 from eval_runner.cli.trainer import published_input
@@ -42,39 +37,18 @@ from tests.support.published_results import (
     TRAINER,
     Published,
     hosted_report,
-    published,
     result_event,
     signed_request,
     suite_ref,
 )
 from tests.support.sample_reports import Spec, report
-from tests.support.stand_in_relay import BOUND
+from tests.support.serve_process import trainer_command as trainer
 
 SUBJECT = report(Spec()).subject.definition
 
 
 def hosted_report_ref() -> ArtifactRef:
     return report_ref(report(Spec()))[1]
-
-
-COMMAND = (sys.executable, "-m", "eval_runner.cli", "trainer")
-WITHIN = 6 * BOUND
-
-
-@pytest_asyncio.fixture
-async def world(tmp_path: Path) -> AsyncIterator[Published]:
-    async with published(tmp_path) as found:
-        yield found
-
-
-async def trainer(*args: str) -> tuple[int, str, str]:
-    environ = {name: value for name, value in os.environ.items() if not name.startswith("EVAL_RUNNER_")}
-    process = await asyncio.create_subprocess_exec(
-        *COMMAND, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=environ
-    )
-    out, err = await asyncio.wait_for(process.communicate(), WITHIN)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def test_results_are_grouped_by_test_set_with_their_checks_and_validations(world: Published) -> None:

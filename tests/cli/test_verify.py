@@ -10,10 +10,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest_asyncio
 
 from eval_runner.cli.verify import PRODUCTION_BUCKET, blob_bases
 from eval_runner.contracts.refs import EventRef
@@ -22,7 +19,6 @@ from tests.support.published_results import (
     TRAINER,
     Published,
     hosted_report,
-    published,
     result_event,
     signed_request,
     spoiled,
@@ -32,12 +28,6 @@ from tests.support.stand_in_relay import BOUND
 COMMAND = (sys.executable, "-m", "eval_runner.cli", "verify")
 #: A subprocess starts Python and reads the relay and the store; a rerun runs a suite in the sandbox.
 WITHIN = 6 * BOUND
-
-
-@pytest_asyncio.fixture
-async def world(tmp_path: Path) -> AsyncIterator[Published]:
-    async with published(tmp_path) as found:
-        yield found
 
 
 async def verify(world: Published, *args: str, cwd: Path | None = None) -> tuple[int, str, str]:

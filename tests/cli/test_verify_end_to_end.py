@@ -9,10 +9,7 @@ result), published and verified as a check of the first, and `trainer results` l
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,10 +18,10 @@ import pytest
 from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.nostr import SecretKey
 from eval_runner.stand_ins.door import StandInDoor
-from tests.support.runner_tools import key_file, runner_published_copy
+from tests.support.publishing import publishing_env
+from tests.support.runner_tools import runner_published_copy
 from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
-from tests.support.serve_process import DOOR_KEY, free_port, runner_env, serving, trainer_command
-from tests.support.stand_in_relay import BOUND
+from tests.support.serve_process import DOOR_KEY, command, serving, trainer_command
 
 
 @pytest.fixture
@@ -34,20 +31,8 @@ def temp_root() -> Iterator[Path]:
 
 
 async def verify_command(*args: str) -> tuple[int, str, str]:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("EVAL_RUNNER_")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "eval_runner.cli",
-        "verify",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 4 * BOUND)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    """`eval-runner verify <args>` as a real process: code, out, err."""
+    return await command("verify", *args)
 
 
 def trainer_key(path: Path) -> tuple[Path, str]:
@@ -65,14 +50,7 @@ async def test_run_publish_verify_and_a_second_trainers_check(tmp_path: Path, te
     dana_key, dana = trainer_key(tmp_path / "dana-key")
     erin_key, erin = trainer_key(tmp_path / "erin-key")
     async with StandInDoor(DOOR_KEY) as door:
-        env = runner_env(
-            tmp_path,
-            temp_root,
-            door_url=door.url,
-            listen=f"127.0.0.1:{free_port()}",
-            key_file=key_file(tmp_path / "keys" / "runner-key", secret),
-            EVAL_RUNNER_CATALOG=str(catalog),
-        )
+        env = publishing_env(tmp_path, temp_root, secret, catalog, door_url=door.url)
         async with serving(env) as serve:
             url = await serve.url()
 

@@ -42,13 +42,14 @@ from tests.support.publishing import (
     SEALED_KIND,
     holding,
     publish_input,
+    publishing_env,
     read_results_on,
     reader,
     stored,
 )
-from tests.support.runner_tools import key_file, runner_published_copy
+from tests.support.runner_tools import runner_published_copy
 from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
-from tests.support.serve_process import DOOR_KEY, free_port, runner_env, serving
+from tests.support.serve_process import DOOR_KEY, serving
 from tests.support.trainer_side import Trainer, catalog_tool, draft, example_case, run_input
 
 
@@ -75,15 +76,7 @@ async def test_a_published_result_credits_its_trainer_and_another_trainers_check
     dana, erin, fay, stranger, author = (SecretKey.generate() for _ in range(5))
     tool = Catalog.load([catalog]).tools[0].definition.to_json()
     async with StandInDoor(DOOR_KEY) as door:
-        env = runner_env(
-            tmp_path,
-            temp_root,
-            door_url=door.url,
-            listen=f"127.0.0.1:{free_port()}",
-            key_file=key_file(tmp_path / "keys" / "runner-key", secret),
-            EVAL_RUNNER_CATALOG=str(catalog),
-            EVAL_RUNNER_RUNS_PER_DAY="1",
-        )
+        env = publishing_env(tmp_path, temp_root, secret, catalog, door_url=door.url, EVAL_RUNNER_RUNS_PER_DAY="1")
         async with serving(env) as serve:
             url = await serve.url()
             async with Trainer(url, runner, dana) as phone:

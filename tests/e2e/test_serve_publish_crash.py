@@ -26,10 +26,10 @@ from eval_runner.nostr import SecretKey
 from eval_runner.service.requests.publish import CRASH_AT, CRASH_STEPS
 from eval_runner.service.usage import read as read_usage
 from eval_runner.stand_ins.door import StandInDoor
-from tests.support.publishing import publish_input, read_results_on, stored
-from tests.support.runner_tools import key_file, runner_published_copy
+from tests.support.publishing import publish_input, publishing_env, read_results_on, stored
+from tests.support.runner_tools import runner_published_copy
 from tests.support.sandboxed_runs import fresh_temp_root, host_confinement
-from tests.support.serve_process import DOOR_KEY, free_port, runner_env, serving
+from tests.support.serve_process import DOOR_KEY, serving
 from tests.support.trainer_side import Trainer, catalog_tool, draft, example_case, run_input
 
 
@@ -48,14 +48,7 @@ async def test_a_publish_killed_at_a_step_is_finished_by_its_retransmission_with
     catalog = runner_published_copy(tmp_path / "catalog" / "codebase-brief", runner)
     tool = Catalog.load([catalog]).tools[0].definition.to_json()
     async with StandInDoor(DOOR_KEY) as door:
-        env = runner_env(
-            tmp_path,
-            temp_root,
-            door_url=door.url,
-            listen=f"127.0.0.1:{free_port()}",
-            key_file=key_file(tmp_path / "keys" / "runner-key", secret),
-            EVAL_RUNNER_CATALOG=str(catalog),
-        )
+        env = publishing_env(tmp_path, temp_root, secret, catalog, door_url=door.url)
         async with serving({**env, CRASH_AT: step}) as first:
             url = await first.url()
             async with Trainer(url, runner, phone) as trainer:

@@ -3,11 +3,6 @@ bounded (the newest results up to a limit, said when reached; the releases they 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest_asyncio
-
 from eval_runner.contracts.package import RELEASE_KIND
 from eval_runner.nostr import Event, Filter, SecretKey
 from eval_runner.reader.listing import IDS_PER_QUERY, RESULTS_LIMIT, list_results
@@ -17,7 +12,6 @@ from tests.support.published_results import (
     TRAINER,
     Published,
     hosted_report,
-    published,
     result_event,
     signed_request,
     suite_ref,
@@ -34,12 +28,6 @@ class Recorded:
     async def query(self, filter_: Filter) -> list[Event]:
         self.asked.append(filter_)
         return await self.client.query(filter_)
-
-
-@pytest_asyncio.fixture
-async def world(tmp_path: Path) -> AsyncIterator[Published]:
-    async with published(tmp_path) as found:
-        yield found
 
 
 async def test_a_listing_reads_the_newest_results_up_to_its_limit_and_says_when_it_was_reached(

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path, PurePosixPath
 
 import pytest
-import pytest_asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,16 +23,10 @@ from eval_runner.reader.tools import TOOL_PATH, tool_files
 from eval_runner.reader.verify import Reader, ReaderError
 from eval_runner.service.releases.tools import extension_release
 from tests.support.paths import EXAMPLE
-from tests.support.published_results import RUNNER, Published, published
+from tests.support.published_results import RUNNER, Published
 from tests.support.published_suites import blob_path, digest_of
 
 TOOL = extension_release(Catalog.load([EXAMPLE]).tools[0], publisher=RUNNER.public_key().to_hex())
-
-
-@pytest_asyncio.fixture
-async def world(tmp_path: Path) -> AsyncIterator[Published]:
-    async with published(tmp_path) as found:
-        yield found
 
 
 async def test_a_tool_release_gives_back_exactly_its_files(world: Published) -> None:

@@ -5,12 +5,10 @@ result spoiled one rule at a time fails, naming that rule, and no later check ru
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from eval_runner.contracts.errors import Code, ContractError
 from eval_runner.contracts.publication import Citation, Cites
@@ -24,19 +22,12 @@ from tests.support.published_results import (
     TRAINER,
     Published,
     hosted_report,
-    published,
     result_event,
     signed_request,
     spoiled,
     suite_ref,
 )
 from tests.support.published_suites import blob_path
-
-
-@pytest_asyncio.fixture
-async def world(tmp_path: Path) -> AsyncIterator[Published]:
-    async with published(tmp_path) as found:
-        yield found
 
 
 async def verified(world: Published, event: Event, tmp_path: Path, *, publish: bool = True) -> Verification:

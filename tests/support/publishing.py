@@ -1,5 +1,6 @@
-"""Publishing, as the end-to-end tests drive it: the publish input a phone sends for a run's report, what the
-relay holds afterwards (read back through our own reader), and the secret scan over every stored event.
+"""Publishing, as the end-to-end tests drive it: the environment of a runner that publishes, the publish input a
+phone sends for a run's report, what the relay holds afterwards (read back through our own reader), and the
+secret scan over every stored event.
 
 The trainer library's own `publish` may not exist yet, so the input is built here from the contract
 (`PublishInput`), exactly as wire.md §5.4.2 spells it.
@@ -8,6 +9,7 @@ The trainer library's own `publish` may not exist yet, so the input is built her
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from eval_runner.contracts.hosted import PublishInput
 from eval_runner.contracts.publication import PROFILE_MARKER, PUBLICATION_KIND, Publication, read_publication
@@ -15,6 +17,8 @@ from eval_runner.contracts.refs import ArtifactRef
 from eval_runner.contracts.strict_json import JsonValue
 from eval_runner.nostr import Event, Filter, SecretKey
 from eval_runner.service.relay.connection import RelayClient
+from tests.support.runner_tools import key_file
+from tests.support.serve_process import free_port, runner_env
 
 RELEASE_KIND = 3184
 SEALED_KIND = 3188
@@ -24,6 +28,22 @@ REQUEST_KIND = 25920
 def publish_input(report: ArtifactRef) -> JsonValue:
     """The `publish` input naming a run's report (its ArtifactRef as the run's result gave it)."""
     return PublishInput(report).to_json()
+
+
+def publishing_env(
+    base: Path, temp_root: Path, secret: SecretKey, catalog: Path, *, door_url: str, **extra: str
+) -> dict[str, str]:
+    """A runner that may publish: `serve` on a free loopback port under the key `secret` (kept in
+    `base/keys`), over `catalog` (a copy it publishes itself, so it may release that catalog's test sets)."""
+    return runner_env(
+        base,
+        temp_root,
+        door_url=door_url,
+        listen=f"127.0.0.1:{free_port()}",
+        key_file=key_file(base / "keys" / "runner-key", secret),
+        EVAL_RUNNER_CATALOG=str(catalog),
+        **extra,
+    )
 
 
 def reader(url: str) -> RelayClient:

@@ -185,12 +185,16 @@ async def serving(env: dict[str, str], *, subscribed: bool = True) -> AsyncItera
 
 async def trainer_command(*args: str) -> tuple[int, str, str]:
     """`eval-runner trainer <args>` as a real process (no runner variables of this environment): code, out, err."""
+    return await command("trainer", *args)
+
+
+async def command(*args: str) -> tuple[int, str, str]:
+    """`eval-runner <args>` as a real process (no runner variables of this environment): code, out, err."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("EVAL_RUNNER_")}
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "eval_runner.cli",
-        "trainer",
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

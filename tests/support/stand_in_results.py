@@ -18,7 +18,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval_runner.contracts.outputs import Headline
 from eval_runner.contracts.report_documents import AgentPin
 from eval_runner.contracts.strict_json import digest_bytes
 from eval_runner.engine.report.build import build_report
@@ -77,16 +76,7 @@ class StandInResultsRunner:
                 host="stand-in-host",
             )
         )
-        directory = write_results(results_base, built, (), suite_files(plan.suite))
-        headline = built.report.ext_eval.headline
-        return SuiteResult(
-            report=built.report_bytes,
-            report_ref=built.report_ref,
-            headline=Headline(headline.subject_passed, headline.baseline_passed, headline.total),
-            verdict=built.verdict.value,
-            notes=built.notes,
-            results=directory,
-        )
+        return SuiteResult.of(built, write_results(results_base, built, (), suite_files(plan.suite)))
 
 
 @dataclass

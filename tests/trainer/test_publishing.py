@@ -7,11 +7,9 @@ the library publish refused for a report no run of this trainer returned.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from eval_runner.contracts.answers import ResultBody
 from eval_runner.contracts.hosted import PublishInput, parse_input
@@ -26,7 +24,6 @@ from tests.support.published_results import (
     TRAINER,
     Published,
     hosted_report,
-    published,
     result_event,
     signed_request,
     spoiled,
@@ -38,12 +35,6 @@ RELEASE = EventRef(id="ab" * 32, pubkey="cd" * 32, kind=3184)
 RESULT = "ef" * 32
 SUBJECT = report(Spec()).subject.definition
 REPORT = report_ref(report(Spec()))[1]
-
-
-@pytest_asyncio.fixture
-async def world(tmp_path: Path) -> AsyncIterator[Published]:
-    async with published(tmp_path) as found:
-        yield found
 
 
 def test_a_check_and_a_validation_name_the_result_they_cite() -> None:

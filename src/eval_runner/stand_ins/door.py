@@ -39,11 +39,12 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from eval_runner.stand_ins.loopback import LOOPBACK, LoopbackDoor, LoopbackServer
+
 JUDGE_SYSTEM = "You are a strict, terse evaluation judge for agent runs."
 SKILLED_REPLY = "It is a Rust crate of six files; the largest is src/tables.rs."
 UNSKILLED_REPLY = "I would have to look at the files."
 GREETING_REPLY = "Welcome aboard, glad you are here!"
-_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +173,7 @@ class DoorCall:
 
 
 @dataclass
-class StandInDoor:
+class StandInDoor(LoopbackDoor):
     """The stand-in door on loopback. `async with StandInDoor(key) as door: door.url`."""
 
     key: str = field(repr=False)
@@ -181,8 +182,7 @@ class StandInDoor:
     port: int = 0
     calls: list[DoorCall] = field(default_factory=list)
     refused: int = 0
-    _runner: web.AppRunner | None = field(default=None, repr=False)
-    _url: str = field(default="", repr=False)
+    _server: LoopbackServer = field(default_factory=LoopbackServer, repr=False)
     _called: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     async def answered(self, count: int) -> None:
@@ -191,36 +191,10 @@ class StandInDoor:
             self._called.clear()
             await self._called.wait()
 
-    @property
-    def url(self) -> str:
-        if not self._url:
-            raise RuntimeError("the stand-in door is not started")
-        return self._url
-
-    async def start(self) -> None:
-        if not self.key:
-            raise ValueError("the stand-in door needs a key")
-        if self.host not in _LOOPBACK:
-            raise ValueError("the stand-in door binds loopback only")
+    def _application(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/responses", self._responses)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-        host, port = self._runner.addresses[0][:2]
-        self._url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> StandInDoor:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.close()
+        return app
 
     def _authorized(self, request: web.Request) -> bool:
         scheme, _, credential = request.headers.get("Authorization", "").strip().partition(" ")
@@ -340,7 +314,7 @@ async def _stream(request: web.Request, answer: dict[str, Any], reply: str) -> w
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stand_in_door", description="A stand-in model door for tests.")
-    parser.add_argument("--host", default="127.0.0.1", choices=_LOOPBACK)
+    parser.add_argument("--host", default="127.0.0.1", choices=LOOPBACK)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--key-env", required=True, help="name of the environment variable holding the key")
     parser.add_argument("--answers", type=Path, help="a JSON answer table (see AnswerTable.from_json)")

@@ -36,12 +36,13 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from aiohttp import web
 
+from eval_runner.stand_ins.loopback import LoopbackDoor, LoopbackServer
+
 FALLBACK = "STAND-IN door: nothing scripted for this request."
-_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 _SHELL_TOOLS = ("exec_command", "shell_command", "shell", "local_shell")
 #: The APIs a scripted door can speak (`ScriptedDoor.speaks`).
 APIS = ("anthropic", "responses", "chat")
@@ -103,7 +104,7 @@ class DoorCall:
 
 
 @dataclass
-class ScriptedDoor:
+class ScriptedDoor(LoopbackDoor):
     """The scripted stand-in door on loopback. `async with ScriptedDoor(key, plays) as door: door.url`."""
 
     key: str = field(repr=False)
@@ -114,40 +115,14 @@ class ScriptedDoor:
     calls: list[DoorCall] = field(default_factory=list)
     refused: int = 0
     speaks: tuple[str, ...] = APIS
-    _runner: web.AppRunner | None = field(default=None, repr=False)
-    _url: str = field(default="", repr=False)
+    _server: LoopbackServer = field(default_factory=LoopbackServer, repr=False)
     _serial: int = 0
+    _runner_options: ClassVar[dict[str, Any]] = {"shutdown_timeout": 1.0}
 
-    @property
-    def url(self) -> str:
-        if not self._url:
-            raise RuntimeError("the stand-in door is not started")
-        return self._url
-
-    async def start(self) -> None:
-        if not self.key:
-            raise ValueError("the stand-in door needs a key")
-        if self.host not in _LOOPBACK:
-            raise ValueError("the stand-in door binds loopback only")
+    def _application(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._route)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-        host, port = self._runner.addresses[0][:2]
-        self._url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-    async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> ScriptedDoor:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.close()
+        return app
 
     def _authorized(self, request: web.Request) -> bool:
         expected = self.key.encode()

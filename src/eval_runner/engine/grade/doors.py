@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import ClassVar
 
 import aiohttp
 
@@ -182,96 +183,6 @@ ANTHROPIC_VERSION = "2023-06-01"
 JUDGE_MAX_TOKENS = 256
 
 
-@dataclass
-class OpenResponsesJudge:
-    """The chat door as a judge. `url` is the door's base (`CODER_DOOR_URL`); `key` never leaves the
-    Authorization header, and never appears in a repr or an error."""
-
-    url: str
-    key: str = field(repr=False)
-    model: str
-    seconds: float = JUDGE_SECONDS
-    session: aiohttp.ClientSession | None = field(default=None, repr=False)
-
-    def describe(self) -> str:
-        return f"open-responses {self.url.rstrip('/')} {self.model}"
-
-    async def judge(self, system: str, user: str) -> str:
-        body = {
-            "model": self.model,
-            "instructions": system,
-            "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": user}]}],
-            "stream": False,
-            "store": False,
-            "tools": [],
-            "tool_choice": "none",
-        }
-        target = f"{self.url.rstrip('/')}/v1/responses"
-        return await _judge_call(self.session, target, _bearer(self.key), body, self.seconds, self.key, answer_text)
-
-
-@dataclass
-class AnthropicMessagesJudge:
-    """The chat door as a judge over Anthropic Messages (`POST /v1/messages`, not streamed), for a door that
-    speaks only Anthropic's API. The key goes as `x-api-key`, never into a repr or an error."""
-
-    url: str
-    key: str = field(repr=False)
-    model: str
-    seconds: float = JUDGE_SECONDS
-    session: aiohttp.ClientSession | None = field(default=None, repr=False)
-
-    def describe(self) -> str:
-        return f"anthropic-messages {self.url.rstrip('/')} {self.model}"
-
-    async def judge(self, system: str, user: str) -> str:
-        body: dict[str, JsonValue] = {
-            "model": self.model,
-            "max_tokens": JUDGE_MAX_TOKENS,
-            "system": system,
-            "messages": [{"role": "user", "content": user}],
-            "stream": False,
-        }
-        headers = {"x-api-key": self.key, "anthropic-version": ANTHROPIC_VERSION, "Accept": "application/json"}
-        target = f"{self.url.rstrip('/')}/v1/messages"
-        return await _judge_call(self.session, target, headers, body, self.seconds, self.key, message_text)
-
-
-@dataclass
-class ChatCompletionsJudge:
-    """The chat door as a judge over Chat Completions (`POST /v1/chat/completions`, not streamed)."""
-
-    url: str
-    key: str = field(repr=False)
-    model: str
-    seconds: float = JUDGE_SECONDS
-    session: aiohttp.ClientSession | None = field(default=None, repr=False)
-
-    def describe(self) -> str:
-        return f"chat-completions {self.url.rstrip('/')} {self.model}"
-
-    async def judge(self, system: str, user: str) -> str:
-        body: dict[str, JsonValue] = {
-            "model": self.model,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-            "stream": False,
-        }
-        target = f"{self.url.rstrip('/')}/v1/chat/completions"
-        return await _judge_call(self.session, target, _bearer(self.key), body, self.seconds, self.key, completion_text)
-
-
-JudgeDoors = OpenResponsesJudge | AnthropicMessagesJudge | ChatCompletionsJudge
-
-
-def judge_door(api: DoorApi, url: str, key: str, model: str) -> JudgeDoors:
-    """The judge that speaks `api` to the door at `url`."""
-    if api is DoorApi.ANTHROPIC:
-        return AnthropicMessagesJudge(url, key, model)
-    if api is DoorApi.CHAT:
-        return ChatCompletionsJudge(url, key, model)
-    return OpenResponsesJudge(url, key, model)
-
-
 def message_text(body: JsonValue) -> str | None:
     """An Anthropic message's text: every `text` block of `content` joined."""
     content = body.get("content") if isinstance(body, dict) else None
@@ -292,6 +203,115 @@ def completion_text(body: JsonValue) -> str | None:
     message = first.get("message") if isinstance(first, dict) else None
     content = message.get("content") if isinstance(message, dict) else None
     return content if isinstance(content, str) and content else None
+
+
+@dataclass
+class _DoorJudge:
+    """The chat door as a judge, whichever API it speaks. `url` is the door's base (`CODER_DOOR_URL`); `key`
+    never leaves its header, and never appears in a repr or an error. Each API says its name, its path, its
+    request and where its answer's text is."""
+
+    url: str
+    key: str = field(repr=False)
+    model: str
+    seconds: float = JUDGE_SECONDS
+    session: aiohttp.ClientSession | None = field(default=None, repr=False)
+    #: The API's name in `describe`, and the path of its call under the door's base.
+    label: ClassVar[str]
+    path: ClassVar[str]
+
+    def describe(self) -> str:
+        return f"{self.label} {self.url.rstrip('/')} {self.model}"
+
+    async def judge(self, system: str, user: str) -> str:
+        body = self._body(system, user)
+        target = f"{self.url.rstrip('/')}{self.path}"
+        return await _judge_call(self.session, target, self._headers(), body, self.seconds, self.key, self._text)
+
+    def _body(self, system: str, user: str) -> dict[str, JsonValue]:
+        raise NotImplementedError
+
+    def _headers(self) -> dict[str, str]:
+        return _bearer(self.key)
+
+    @staticmethod
+    def _text(body: JsonValue) -> str | None:
+        raise NotImplementedError
+
+
+@dataclass
+class OpenResponsesJudge(_DoorJudge):
+    """The chat door as a judge over Open Responses (`POST /v1/responses`, not stored), as the reference's
+    live judge door asks; the key goes as a bearer token."""
+
+    label: ClassVar[str] = "open-responses"
+    path: ClassVar[str] = "/v1/responses"
+
+    def _body(self, system: str, user: str) -> dict[str, JsonValue]:
+        return {
+            "model": self.model,
+            "instructions": system,
+            "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": user}]}],
+            "stream": False,
+            "store": False,
+            "tools": [],
+            "tool_choice": "none",
+        }
+
+    _text = staticmethod(answer_text)
+
+
+@dataclass
+class AnthropicMessagesJudge(_DoorJudge):
+    """The chat door as a judge over Anthropic Messages (`POST /v1/messages`, not streamed), for a door that
+    speaks only Anthropic's API. The key goes as `x-api-key`."""
+
+    label: ClassVar[str] = "anthropic-messages"
+    path: ClassVar[str] = "/v1/messages"
+
+    def _body(self, system: str, user: str) -> dict[str, JsonValue]:
+        return {
+            "model": self.model,
+            "max_tokens": JUDGE_MAX_TOKENS,
+            "system": system,
+            "messages": [{"role": "user", "content": user}],
+            "stream": False,
+        }
+
+    def _headers(self) -> dict[str, str]:
+        return {"x-api-key": self.key, "anthropic-version": ANTHROPIC_VERSION, "Accept": "application/json"}
+
+    _text = staticmethod(message_text)
+
+
+@dataclass
+class ChatCompletionsJudge(_DoorJudge):
+    """The chat door as a judge over Chat Completions (`POST /v1/chat/completions`, not streamed); the key
+    goes as a bearer token."""
+
+    label: ClassVar[str] = "chat-completions"
+    path: ClassVar[str] = "/v1/chat/completions"
+
+    def _body(self, system: str, user: str) -> dict[str, JsonValue]:
+        return {
+            "model": self.model,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "stream": False,
+        }
+
+    _text = staticmethod(completion_text)
+
+
+JudgeDoors = OpenResponsesJudge | AnthropicMessagesJudge | ChatCompletionsJudge
+
+
+def judge_door(api: DoorApi, url: str, key: str, model: str) -> JudgeDoors:
+    """The judge that speaks `api` to the door at `url`."""
+    if api is DoorApi.ANTHROPIC:
+        return AnthropicMessagesJudge(url, key, model)
+    if api is DoorApi.CHAT:
+        return ChatCompletionsJudge(url, key, model)
+    return OpenResponsesJudge(url, key, model)
 
 
 def _bearer(key: str) -> dict[str, str]:

@@ -40,6 +40,97 @@ class Db(Protocol):
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Rows: ...
 
 
+#: The claim phases a `claims` row may be in.
+PHASES = "'reserved','accepted','intended','running','terminal','unknown','tombstone'"
+
+
+def ledger_tables(*, big: str, blob: str, shared: bool) -> str:
+    """The ledger's tables as one backend creates them, so both read back the same rows: `big` is its word for a
+    64-bit integer and `blob` for bytes. A `shared` database (several runners) adds what SQLite has without
+    asking or does not need: a `rowid` on claims and jobs (so "oldest first" reads the same), the `holder` of a
+    claim and an index of open claims by holder."""
+    claims_rowid = f"\n    rowid {big} GENERATED ALWAYS AS IDENTITY UNIQUE," if shared else ""
+    holder = "\n    holder TEXT," if shared else ""
+    open_claims = "\nCREATE INDEX claims_open ON claims (worker, holder) WHERE outcome IS NULL;" if shared else ""
+    jobs_sequence = "\nCREATE SEQUENCE jobs_rowid;" if shared else ""
+    jobs_rowid = f"\n    rowid {big} NOT NULL DEFAULT nextval('jobs_rowid')," if shared else ""
+    return f"""
+CREATE TABLE claims ({claims_rowid}
+    key TEXT PRIMARY KEY,
+    worker TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    request TEXT NOT NULL,
+    attempt {big} NOT NULL,
+    run TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    execute_event TEXT NOT NULL,
+    created_at {big} NOT NULL,
+    deadline {big} NOT NULL,
+    retain_until {big} NOT NULL,
+    input_digest TEXT NOT NULL,
+    lock_digest TEXT NOT NULL,
+    mailbox TEXT NOT NULL,
+    controller TEXT NOT NULL,
+    record TEXT NOT NULL,
+    root {blob} NOT NULL,
+    root_digest TEXT NOT NULL,
+    phase TEXT NOT NULL CHECK (phase IN ({PHASES})),
+    acknowledged INTEGER NOT NULL DEFAULT 0,
+    dispatch_intent INTEGER NOT NULL DEFAULT 0,
+    effect_started INTEGER NOT NULL DEFAULT 0,
+    observed INTEGER NOT NULL DEFAULT 0,
+    outcome TEXT CHECK (outcome IN ('completed','failed','cancelled','unknown')),
+    dispatched INTEGER,
+    result TEXT,
+    result_digest TEXT,
+    conflicts TEXT NOT NULL DEFAULT '[]',
+    code TEXT,
+    message TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    cancel_confirmed INTEGER NOT NULL DEFAULT 0,
+    cancel_reason TEXT,
+    tombstone INTEGER NOT NULL DEFAULT 0,
+    holds_slot INTEGER NOT NULL,
+    settled_at {big},{holder}
+    CHECK (holds_slot = 0 OR outcome IS NULL),
+    CHECK (result IS NULL OR outcome IS NOT NULL),
+    CHECK (outcome IS NULL OR result IS NOT NULL OR tombstone = 1)
+);
+CREATE INDEX claims_slots ON claims (worker, holds_slot);
+CREATE INDEX claims_control ON claims (worker, request, attempt, run, execute_event);{open_claims}
+CREATE TABLE aliases (
+    key TEXT NOT NULL REFERENCES claims (key) ON DELETE CASCADE,
+    position {big} NOT NULL,
+    event_id TEXT NOT NULL,
+    PRIMARY KEY (key, event_id)
+);
+CREATE TABLE progress (
+    key TEXT NOT NULL REFERENCES claims (key) ON DELETE CASCADE,
+    seq {big} NOT NULL,
+    status TEXT NOT NULL,
+    PRIMARY KEY (key, seq)
+);
+CREATE TABLE revoked (worker TEXT NOT NULL, digest TEXT NOT NULL, PRIMARY KEY (worker, digest));
+CREATE TABLE controllers (worker TEXT NOT NULL, pubkey TEXT NOT NULL, PRIMARY KEY (worker, pubkey));{jobs_sequence}
+CREATE TABLE jobs ({jobs_rowid}
+    key TEXT PRIMARY KEY REFERENCES claims (key),
+    worker TEXT NOT NULL,
+    action TEXT NOT NULL CHECK (action IN ('run','publish')),
+    principal TEXT NOT NULL,
+    request TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('running','completed','failed','cancelled','unknown')),
+    check_id TEXT,
+    validates TEXT,
+    results TEXT,
+    report TEXT,
+    report_digest TEXT,
+    sealed TEXT,
+    published TEXT
+);
+CREATE INDEX jobs_report ON jobs (worker, principal, report_digest);
+"""
+
+
 #: Columns `_set` may write: a whitelist, so no caller text ever reaches SQL.
 _CLAIM_COLUMNS = frozenset(
     {

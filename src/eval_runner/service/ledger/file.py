@@ -24,87 +24,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from eval_runner.contracts.errors import Code, ContractError
-from eval_runner.service.ledger.backend import LedgerStorage
+from eval_runner.service.ledger.backend import LedgerStorage, ledger_tables
 from eval_runner.service.ledger.claims import LedgerError
 
 LEDGER_FILE = "ledger.sqlite3"
 SCHEMA_VERSION = 2
-_PHASE_CHECK = "phase IN ('reserved','accepted','intended','running','terminal','unknown','tombstone')"
-SCHEMA = f"""
-CREATE TABLE claims (
-    key TEXT PRIMARY KEY,
-    worker TEXT NOT NULL,
-    principal TEXT NOT NULL,
-    request TEXT NOT NULL,
-    attempt INTEGER NOT NULL,
-    run TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    execute_event TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    deadline INTEGER NOT NULL,
-    retain_until INTEGER NOT NULL,
-    input_digest TEXT NOT NULL,
-    lock_digest TEXT NOT NULL,
-    mailbox TEXT NOT NULL,
-    controller TEXT NOT NULL,
-    record TEXT NOT NULL,
-    root BLOB NOT NULL,
-    root_digest TEXT NOT NULL,
-    phase TEXT NOT NULL CHECK ({_PHASE_CHECK}),
-    acknowledged INTEGER NOT NULL DEFAULT 0,
-    dispatch_intent INTEGER NOT NULL DEFAULT 0,
-    effect_started INTEGER NOT NULL DEFAULT 0,
-    observed INTEGER NOT NULL DEFAULT 0,
-    outcome TEXT CHECK (outcome IN ('completed','failed','cancelled','unknown')),
-    dispatched INTEGER,
-    result TEXT,
-    result_digest TEXT,
-    conflicts TEXT NOT NULL DEFAULT '[]',
-    code TEXT,
-    message TEXT,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    cancel_confirmed INTEGER NOT NULL DEFAULT 0,
-    cancel_reason TEXT,
-    tombstone INTEGER NOT NULL DEFAULT 0,
-    holds_slot INTEGER NOT NULL,
-    settled_at INTEGER,
-    CHECK (holds_slot = 0 OR outcome IS NULL),
-    CHECK (result IS NULL OR outcome IS NOT NULL),
-    CHECK (outcome IS NULL OR result IS NOT NULL OR tombstone = 1)
-);
-CREATE INDEX claims_slots ON claims (worker, holds_slot);
-CREATE INDEX claims_control ON claims (worker, request, attempt, run, execute_event);
-CREATE TABLE aliases (
-    key TEXT NOT NULL REFERENCES claims (key) ON DELETE CASCADE,
-    position INTEGER NOT NULL,
-    event_id TEXT NOT NULL,
-    PRIMARY KEY (key, event_id)
-);
-CREATE TABLE progress (
-    key TEXT NOT NULL REFERENCES claims (key) ON DELETE CASCADE,
-    seq INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    PRIMARY KEY (key, seq)
-);
-CREATE TABLE revoked (worker TEXT NOT NULL, digest TEXT NOT NULL, PRIMARY KEY (worker, digest));
-CREATE TABLE controllers (worker TEXT NOT NULL, pubkey TEXT NOT NULL, PRIMARY KEY (worker, pubkey));
-CREATE TABLE jobs (
-    key TEXT PRIMARY KEY REFERENCES claims (key),
-    worker TEXT NOT NULL,
-    action TEXT NOT NULL CHECK (action IN ('run','publish')),
-    principal TEXT NOT NULL,
-    request TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('running','completed','failed','cancelled','unknown')),
-    check_id TEXT,
-    validates TEXT,
-    results TEXT,
-    report TEXT,
-    report_digest TEXT,
-    sealed TEXT,
-    published TEXT
-);
-CREATE INDEX jobs_report ON jobs (worker, principal, report_digest);
-"""
+#: Version 1: the ledger's tables (`backend.ledger_tables`, the same as PostgreSQL's) in SQLite's words.
+SCHEMA = ledger_tables(big="INTEGER", blob="BLOB", shared=False)
 #: Version 2: a publish's progress on its run's job (the signed 3189, kept before it is sent).
 PUBLISHING = "ALTER TABLE jobs ADD COLUMN publishing TEXT"
 #: Schema scripts by the version they bring the file to; a file at a later version is refused.

@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Final
 import psycopg
 
 from eval_runner.contracts.errors import Code, ContractError
-from eval_runner.service.ledger.backend import Db, LedgerStorage, Rows
+from eval_runner.service.ledger.backend import Db, LedgerStorage, Rows, ledger_tables
 from eval_runner.service.ledger.claims import Claim, LedgerError
 from eval_runner.service.ledger.counts import CountRecords
 from eval_runner.service.ledger.file import LEDGER_FILE
@@ -46,87 +46,8 @@ LEASE_MS: Final = 30_000
 SCHEMA_VERSION: Final = 3
 #: How long a handled event id is kept so no other runner handles it again (the catch-up asks back 600 s).
 TAKEN_DAYS: Final = 2
-_PHASES: Final = "'reserved','accepted','intended','running','terminal','unknown','tombstone'"
-SCHEMA: Final = f"""
-CREATE TABLE claims (
-    rowid BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE,
-    key TEXT PRIMARY KEY,
-    worker TEXT NOT NULL,
-    principal TEXT NOT NULL,
-    request TEXT NOT NULL,
-    attempt BIGINT NOT NULL,
-    run TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    execute_event TEXT NOT NULL,
-    created_at BIGINT NOT NULL,
-    deadline BIGINT NOT NULL,
-    retain_until BIGINT NOT NULL,
-    input_digest TEXT NOT NULL,
-    lock_digest TEXT NOT NULL,
-    mailbox TEXT NOT NULL,
-    controller TEXT NOT NULL,
-    record TEXT NOT NULL,
-    root BYTEA NOT NULL,
-    root_digest TEXT NOT NULL,
-    phase TEXT NOT NULL CHECK (phase IN ({_PHASES})),
-    acknowledged INTEGER NOT NULL DEFAULT 0,
-    dispatch_intent INTEGER NOT NULL DEFAULT 0,
-    effect_started INTEGER NOT NULL DEFAULT 0,
-    observed INTEGER NOT NULL DEFAULT 0,
-    outcome TEXT CHECK (outcome IN ('completed','failed','cancelled','unknown')),
-    dispatched INTEGER,
-    result TEXT,
-    result_digest TEXT,
-    conflicts TEXT NOT NULL DEFAULT '[]',
-    code TEXT,
-    message TEXT,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    cancel_confirmed INTEGER NOT NULL DEFAULT 0,
-    cancel_reason TEXT,
-    tombstone INTEGER NOT NULL DEFAULT 0,
-    holds_slot INTEGER NOT NULL,
-    settled_at BIGINT,
-    holder TEXT,
-    CHECK (holds_slot = 0 OR outcome IS NULL),
-    CHECK (result IS NULL OR outcome IS NOT NULL),
-    CHECK (outcome IS NULL OR result IS NOT NULL OR tombstone = 1)
-);
-CREATE INDEX claims_slots ON claims (worker, holds_slot);
-CREATE INDEX claims_control ON claims (worker, request, attempt, run, execute_event);
-CREATE INDEX claims_open ON claims (worker, holder) WHERE outcome IS NULL;
-CREATE TABLE aliases (
-    key TEXT NOT NULL REFERENCES claims (key) ON DELETE CASCADE,
-    position BIGINT NOT NULL,
-    event_id TEXT NOT NULL,
-    PRIMARY KEY (key, event_id)
-);
-CREATE TABLE progress (
-    key TEXT NOT NULL REFERENCES claims (key) ON DELETE CASCADE,
-    seq BIGINT NOT NULL,
-    status TEXT NOT NULL,
-    PRIMARY KEY (key, seq)
-);
-CREATE TABLE revoked (worker TEXT NOT NULL, digest TEXT NOT NULL, PRIMARY KEY (worker, digest));
-CREATE TABLE controllers (worker TEXT NOT NULL, pubkey TEXT NOT NULL, PRIMARY KEY (worker, pubkey));
-CREATE SEQUENCE jobs_rowid;
-CREATE TABLE jobs (
-    rowid BIGINT NOT NULL DEFAULT nextval('jobs_rowid'),
-    key TEXT PRIMARY KEY REFERENCES claims (key),
-    worker TEXT NOT NULL,
-    action TEXT NOT NULL CHECK (action IN ('run','publish')),
-    principal TEXT NOT NULL,
-    request TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('running','completed','failed','cancelled','unknown')),
-    check_id TEXT,
-    validates TEXT,
-    results TEXT,
-    report TEXT,
-    report_digest TEXT,
-    sealed TEXT,
-    published TEXT
-);
-CREATE INDEX jobs_report ON jobs (worker, principal, report_digest);
-CREATE TABLE taken (
+#: What only a fleet needs: the event ids a runner took, and each holder's lease.
+_FLEET_TABLES: Final = """CREATE TABLE taken (
     worker TEXT NOT NULL,
     event_id TEXT NOT NULL,
     taken_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
@@ -139,6 +60,8 @@ CREATE TABLE leases (
     PRIMARY KEY (worker, holder)
 );
 """
+#: The SQLite file's tables in PostgreSQL's words (`backend.ledger_tables`), and the fleet's own.
+SCHEMA: Final = ledger_tables(big="BIGINT", blob="BYTEA", shared=True) + _FLEET_TABLES
 #: Schema scripts by the version they bring the database to, as the SQLite file's (`file.MIGRATIONS`).
 MIGRATIONS: Final[dict[int, str]] = {
     1: SCHEMA,

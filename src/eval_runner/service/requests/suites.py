@@ -21,6 +21,7 @@ from eval_runner.contracts.refs import ArtifactRef
 from eval_runner.engine.agents import adapter_for
 from eval_runner.engine.grade.doors import DoorApi, JevDecisionDoor, decision_pin, judge_door
 from eval_runner.engine.grade.votes import Doors
+from eval_runner.engine.report.build import BuiltReport
 from eval_runner.engine.report.inputs import StandIn
 from eval_runner.engine.run.sandbox import Confinement, Limits, Unconfined
 from eval_runner.engine.suite_run import (
@@ -63,6 +64,20 @@ class SuiteResult:
     notes: tuple[str, ...] = ()
     results: Path | None = None
     cancelled: bool = False
+
+    @classmethod
+    def of(cls, built: BuiltReport, results: Path | None, *, cancelled: bool = False) -> SuiteResult:
+        """What a run hands back for the report it built and the results directory it left."""
+        headline = built.report.ext_eval.headline
+        return cls(
+            report=built.report_bytes,
+            report_ref=built.report_ref,
+            headline=Headline(headline.subject_passed, headline.baseline_passed, headline.total),
+            verdict=built.verdict.value,
+            notes=built.notes,
+            results=results,
+            cancelled=cancelled,
+        )
 
 
 Progress = Callable[[int], Awaitable[None] | None]
@@ -221,17 +236,7 @@ class EngineSuiteRunner:
             raise SuiteError(_plain(error)) from error
         finally:
             self.metrics.turns_running(-live)  # attempts cut off by a cancel never say Finished
-        built = outcome.built
-        headline = built.report.ext_eval.headline
-        return SuiteResult(
-            report=built.report_bytes,
-            report_ref=built.report_ref,
-            headline=Headline(headline.subject_passed, headline.baseline_passed, headline.total),
-            verdict=built.verdict.value,
-            notes=built.notes,
-            results=outcome.results_dir,
-            cancelled=outcome.cancelled,
-        )
+        return SuiteResult.of(outcome.built, outcome.results_dir, cancelled=outcome.cancelled)
 
     def _running(self, event: ProgressEvent) -> int:
         """Run slots in use: +1 when an attempt starts, -1 when it has finished (graded)."""
