@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 import eval_runner.service.check as check_module
 from eval_runner.engine.run.sandbox import Unconfined
 from eval_runner.engine.testset.catalog import Catalog
-from eval_runner.service.check import UNREADABLE_DATABASE, check_lines, check_main, database_text
+from eval_runner.service.check import check_lines, check_main, database_text
 from eval_runner.service.config import Config
 from eval_runner.service.serve import serve_main
+from eval_runner.service.settings import UNREADABLE_DATABASE
 from tests.support.paths import EXAMPLE
 from tests.support.plain_words import assert_plain
 from tests.support.sandboxed_runs import host_confinement

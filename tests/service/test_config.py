@@ -453,3 +453,26 @@ def test_the_idiom_check_sees_what_the_reference_printed() -> None:
     assert rust_idioms("finished k: 2 of 2 with the tool, Some(1) without, pass") == ["an Option printed as Some(...)"]
     assert rust_idioms("finished k: 2 of 2 with the tool, None without, pass") == ["an Option printed as None"]
     assert rust_idioms("EVAL_RUNNER_JOBS must be a number, not 'a\"b\\tc'") == []
+
+
+#: Database URLs whose password libpq would quote in its own errors (a raw `%`, an unescaped `@`, a torn IPv6
+#: bracket): refused when the configuration is read, in words that hold none of the URL.
+UNREADABLE_URLS = [
+    "postgresql://runner:p%4sS3cr@localhost/db",
+    "postgresql://runner:pa@sS3cr@db.example/ledger",
+    "postgresql://runner:S3cr@[::1/db",
+]
+
+
+@pytest.mark.parametrize("url", UNREADABLE_URLS)
+def test_a_database_url_libpq_would_quote_is_refused_without_its_password(url: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env(env(EVAL_RUNNER_DATABASE=url))
+    said = " ".join(caught.value.problems)
+    assert "EVAL_RUNNER_DATABASE: a URL that does not read" in said
+    assert "S3cr" not in said
+
+
+def test_a_percent_encoded_password_is_scrubbed_as_written_and_as_read() -> None:
+    config = Config.from_env(env(EVAL_RUNNER_DATABASE="postgresql://runner:p%40ss%25w@localhost/db"))
+    assert {"p%40ss%25w", "p@ss%w"} <= set(config.secrets())

@@ -71,3 +71,10 @@ def test_a_database_with_no_lines_says_so(postgres: PostgresServer) -> None:
 
 def test_a_sqlite_runner_keeps_its_usage_in_files(tmp_path: Path) -> None:
     assert type(usage_log_for(tmp_path / "usage", object())) is UsageLog
+
+
+def test_a_database_url_that_does_not_read_is_refused_before_any_connection_and_never_shown() -> None:
+    code, out, err = usage([], {"EVAL_RUNNER_DATABASE": "postgresql://u:pa@sS3cr@h/db", "HOME": "/nowhere"})
+    assert code == 1
+    assert "a URL that does not read" in err
+    assert "S3cr" not in out + err

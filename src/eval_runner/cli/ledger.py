@@ -18,6 +18,7 @@ from eval_runner.cli.service import HOME, STATE_DIR
 from eval_runner.service.ledger.claims import LedgerError
 from eval_runner.service.ledger.store import ledger_path
 from eval_runner.service.ledger.transfer import export_file, import_lines
+from eval_runner.service.settings import UNREADABLE_DATABASE, database_parts
 from eval_runner.service.usage import default_directory
 
 DATABASE: Final = Variable("EVAL_RUNNER_DATABASE", "(required)", "the fleet's PostgreSQL, postgresql://…")
@@ -82,6 +83,9 @@ def _import(args: argparse.Namespace) -> int:
     url = os.environ.get("EVAL_RUNNER_DATABASE", "")
     if not url.startswith(("postgresql://", "postgres://")):
         print("eval-runner: ledger import: EVAL_RUNNER_DATABASE must be a postgresql:// URL", file=sys.stderr)
+        return 1
+    if database_parts(url) is None:  # libpq's own error would quote the URL's parts
+        print(f"eval-runner: ledger import: EVAL_RUNNER_DATABASE: {UNREADABLE_DATABASE}", file=sys.stderr)
         return 1
     try:
         if args.file is None:

@@ -12,10 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Mapping, Sequence
-from typing import Final, TextIO
-
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from typing import TextIO
 
 from eval_runner.contracts.hosted import RUNNER
 from eval_runner.engine.run.confinement import probe
@@ -24,11 +21,10 @@ from eval_runner.engine.testset.catalog import Catalog
 from eval_runner.service.config import Config, ConfigError
 from eval_runner.service.keyfile import KeyFileError, load_key
 from eval_runner.service.serve import ServeError, agent_digest, blobs_text, load_catalog, sandbox_text
-from eval_runner.service.settings import EmbeddedRelay
+from eval_runner.service.settings import UNREADABLE_DATABASE, EmbeddedRelay, database_parts
 
 CLOSED_HINT = "admission closed (remove the closed file to open it)"
 #: What `check` says of a database URL it cannot name without risking part of a password.
-UNREADABLE_DATABASE: Final = "a URL that does not read (percent-encode a password's special characters)"
 
 
 class CheckError(ServeError):
@@ -60,13 +56,10 @@ def database_text(url: str) -> str:
     the connection reads it (libpq's rules, so a `?host=` socket directory counts): never the password, nor
     any other parameter (`?password=` is one). A URL whose parts hold an `@` (an unescaped password's
     characters taken as a host or database name) is not named at all."""
-    try:
-        parts = conninfo_to_dict(url)
-    except psycopg.Error:
+    parts = database_parts(url)
+    if parts is None:
         return UNREADABLE_DATABASE
-    user, host, port, dbname = (str(parts.get(name) or "") for name in ("user", "host", "port", "dbname"))
-    if any("@" in part for part in (user, host, port, dbname)) or "/" in dbname or "/" in port:
-        return UNREADABLE_DATABASE
+    user, host, port, dbname = (parts.get(name, "") for name in ("user", "host", "port", "dbname"))
     login = f"{user}@" if user else ""
     if host.startswith("/"):  # a socket directory
         return f"postgresql://{login}/{dbname}?host={host}" + (f"&port={port}" if port else "")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from eval_runner.engine.agents import AgentChoice, AgentChoiceError, parse_choice
 from eval_runner.errors import EvalRunnerError
@@ -25,6 +25,7 @@ from eval_runner.service.settings import (
     DEFAULT_DISK_FLOOR_MIB,
     DEFAULT_JOBS,
     DEFAULT_RUN_DISK_MIB,
+    UNREADABLE_DATABASE,
     Blobs,
     BlossomBlobs,
     Bucket,
@@ -40,6 +41,7 @@ from eval_runner.service.settings import (
     MetricsListen,
     Relay,
     Secret,
+    database_parts,
 )
 
 #: What `str::trim` strips: the Unicode White_Space property (Python's `str.strip()` also strips U+001C..1F).
@@ -163,7 +165,7 @@ class Config:
         if self.decision is not None:
             keys.extend(pin.key.expose() for pin in self.decision.doors)
         if self.database is not None and (password := urlsplit(self.database.expose()).password):
-            keys.append(password)
+            keys.extend((password, unquote(password)))  # as written, and as the database reads it
         return tuple(dict.fromkeys(keys))
 
 
@@ -472,6 +474,8 @@ def _read(environ: Mapping[str, str]) -> Config:
     database = env.var("EVAL_RUNNER_DATABASE")
     if database is not None and not database.startswith(("postgresql://", "postgres://")):
         env.problem("EVAL_RUNNER_DATABASE must be a postgresql:// URL")  # never the value: it may hold a password
+    elif database is not None and database_parts(database) is None:
+        env.problem(f"EVAL_RUNNER_DATABASE: {UNREADABLE_DATABASE}")
     lease_ms = _millis(env, "EVAL_RUNNER_LEASE_MS", DEFAULT_LEASE_MS)
 
     if env.problems:

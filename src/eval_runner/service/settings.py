@@ -13,6 +13,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Final
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
 DEFAULT_JOBS: Final = 2
 DEFAULT_CONCURRENCY: Final = 4
 #: What one run may write, and the free space the state directory keeps, in MiB.
@@ -220,3 +223,23 @@ class MetricsListen:
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
+
+
+#: Said of a ledger database URL that does not read: never the URL itself, which may hold a password.
+UNREADABLE_DATABASE: Final = "a URL that does not read (percent-encode a password's special characters)"
+
+
+def database_parts(url: str) -> dict[str, str] | None:
+    """What libpq reads from the ledger database's `postgresql://` URL (`user`, `host`, `port`, `dbname`, …),
+    or None when it does not read or an unescaped password's characters would be taken for a host, port or
+    database name — then libpq's own errors would quote them, so such a URL is refused before any connection."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return None
+    try:
+        parts = {name: str(value) for name, value in conninfo_to_dict(url).items() if value is not None}
+    except psycopg.Error:
+        return None
+    named = [parts.get(name, "") for name in ("user", "host", "port", "dbname")]
+    if any("@" in part for part in named) or "/" in parts.get("dbname", "") or "/" in parts.get("port", ""):
+        return None
+    return parts

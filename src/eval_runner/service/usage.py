@@ -27,7 +27,7 @@ from eval_runner.service.config import WHITE_SPACE
 from eval_runner.service.ledger.claims import LedgerError
 from eval_runner.service.ledger.counts import CountRecords
 from eval_runner.service.ledger.postgres import read_usage_lines
-from eval_runner.service.settings import os_error_text
+from eval_runner.service.settings import UNREADABLE_DATABASE, database_parts, os_error_text
 
 OUTCOMES: Final = ("completed", "failed", "cancelled", "refused")
 ACTIONS: Final = ("run", "check", "validation", "publish", "unread")
@@ -379,6 +379,8 @@ def read_database(url: str, since: str | None = None) -> UsageRead:
     after `since`, oldest day first; `days` counts the days that have lines."""
     if since is not None and (problem := date_problem(since)) is not None:
         raise UsageError(problem)
+    if database_parts(url) is None:  # libpq's own error would quote the URL's parts
+        raise UsageError(f"EVAL_RUNNER_DATABASE: {UNREADABLE_DATABASE}")
     try:
         lines = read_usage_lines(url, since)
     except LedgerError as error:

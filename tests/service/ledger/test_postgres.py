@@ -3,7 +3,8 @@
 The rules every backend keeps are the contract suite's (`ledger_backend`); here is what only a shared
 database has: a request claimed once whichever runner gets it, slots counted fleet-wide, a lapsed holder's
 claims recovered by a survivor (dispatched ones `unknown`, never runnable again), a live holder's left
-alone, a runner told when its own lease lapsed, and a newer schema refused.
+alone, a runner told when its own lease lapsed, an event a dead runner took handled by the next, and a
+newer schema refused.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import psycopg
 import pytest
 
 from eval_runner.service.ledger.claims import CAPACITY, Claim, LedgerError, Refusal, Retransmission
-from eval_runner.service.ledger.postgres import PostgresLedger
+from eval_runner.service.ledger.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresLedger
 from tests.support.ledger_requests import MAILBOX, NOW, TRAINER, WORKER, dispatch, event, execute, reserve
 from tests.support.postgres_server import PostgresServer
 
@@ -134,6 +135,40 @@ def test_each_delivered_event_is_taken_by_one_runner(postgres: PostgresServer, t
         assert not second.take_event(event(1))
         assert not first.take_event(event(1))
         assert second.take_event(event(2))
+
+
+def test_an_event_taken_by_a_runner_that_died_is_taken_over_by_the_next(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    url = postgres.fresh_schema()
+    with connect(url, tmp_path / "a") as dead, connect(url, tmp_path / "b") as survivor:
+        assert dead.take_event(event(1))
+        assert not survivor.take_event(event(1))  # its taker is alive: it may be claiming it now
+        lapse(url, dead)  # SIGKILLed before its claim committed
+        with connect(url, tmp_path / "restarted") as restarted:
+            assert restarted.take_event(event(1))
+            assert not survivor.take_event(event(1))
+            assert not dead.take_event(event(1))
+        assert survivor.take_event(event(1))  # the restarted runner closed (its lease is gone) in turn
+
+
+def test_a_schema_3_database_is_brought_to_4_and_its_taken_events_stay_taken(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    url = postgres.fresh_schema()
+    with psycopg.connect(url, autocommit=True) as raw:
+        raw.execute("CREATE TABLE ledger_schema (version INTEGER NOT NULL)")
+        for version in (1, 2, 3):
+            raw.execute(MIGRATIONS[version])
+            raw.execute("INSERT INTO ledger_schema (version) VALUES (%s)", (version,))
+        raw.execute("INSERT INTO taken (worker, event_id) VALUES (%s, %s)", (WORKER, event(1)))
+    with connect(url, tmp_path) as ledger:
+        assert not ledger.take_event(event(1))  # its taker (an older runner, perhaps alive) is unknown
+        assert ledger.take_event(event(2))
+    with psycopg.connect(url, autocommit=True) as raw:
+        assert raw.execute("SELECT MAX(version) FROM ledger_schema").fetchone() == (SCHEMA_VERSION,)
+        rows = raw.execute("SELECT event_id, holder FROM taken ORDER BY taken_at").fetchall()
+    assert rows == [(event(1), None), (event(2), ledger.holder)]
 
 
 def test_a_database_with_a_newer_schema_is_refused(postgres: PostgresServer, tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
 """The fleet's queue and day counts in a real PostgreSQL ledger, shared by several holders of one key.
 
 A queued run is taken by exactly one runner however many race for it, oldest first, and the taker
-becomes its holder; a runner that dies with runs in the queue leaves them to the others (recovery
-answers its running claims `unknown` and leaves the queued ones queued); the brake's counts are exact
-when runners count at once.
+becomes its holder; a runner whose lease lapsed takes none; a runner that dies with runs in the queue
+leaves them to the others (recovery answers its running claims `unknown` and leaves the queued ones
+queued); the brake's counts are exact when runners count at once.
 """
 
 from __future__ import annotations
@@ -92,6 +92,26 @@ def test_a_dead_runners_queued_runs_stay_queued_and_its_running_ones_become_unkn
     finally:
         survivor.close()
         dying.close()
+
+
+def test_a_runner_whose_lease_lapsed_takes_no_queued_run(postgres: PostgresServer, tmp_path: Path) -> None:
+    url = postgres.fresh_schema()
+    with connect(url, tmp_path / "survivor") as survivor, connect(url, tmp_path / "lapsed") as lapsed:
+        waiting = enqueue(survivor, "waiting")
+        with psycopg.connect(url, autocommit=True) as raw:
+            raw.execute(
+                "UPDATE leases SET expires_at = clock_timestamp() - interval '1 second' WHERE holder = %s",
+                (lapsed.holder,),
+            )
+        assert lapsed.take() is None
+        assert lapsed.take(waiting) is None
+        assert survivor.queue_depth() == 1
+        found = survivor.take()
+        assert found is not None
+        assert found.claim.key == waiting
+        with psycopg.connect(url, autocommit=True) as raw:
+            holder = raw.execute("SELECT holder FROM claims WHERE key = %s", (waiting,)).fetchone()
+        assert holder == (survivor.holder,)
 
 
 def test_only_the_named_run_is_taken_for_a_cancel(postgres: PostgresServer, tmp_path: Path) -> None:

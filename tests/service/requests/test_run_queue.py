@@ -3,7 +3,8 @@ relay, real signatures; the stand-in suite runner).
 
 The runner that admits a run only queues it; the other, with a free slot, takes it and runs it rebuilt
 from the stored request, with the tool release admission chose (not one of its own), and answers its
-progress and result. A queued run that no longer plans on the taker fails with the reason, once.
+progress and result. A queued run that no longer plans on the taker fails with the reason, once; one whose
+rebuilding breaks unforeseen (a bug) fails too, its quota given back and its slot free for the next run.
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from eval_runner.contracts.hosted import RunInput
 from eval_runner.contracts.refs import EventRef
 from eval_runner.contracts.strict_json import JsonValue
 from eval_runner.engine.testset.catalog import Catalog, Tool
 from eval_runner.nostr import SecretKey
 from eval_runner.service.ledger.postgres import PostgresLedger
 from eval_runner.service.relay.publisher import Publisher
-from eval_runner.service.requests.admission import NOT_A_CATALOG_TOOL, Admission, ToolRelease
+from eval_runner.service.requests.admission import NOT_A_CATALOG_TOOL, Admission, RunPlan, ToolRelease
 from eval_runner.service.requests.pipeline import Pipeline
 from eval_runner.service.requests.quota import day_of, quota_for
-from eval_runner.service.requests.run_queue import DEADLINE_PASSED
+from eval_runner.service.requests.run_queue import DEADLINE_PASSED, UNREBUILT
 from eval_runner.service.settings import Limits
 from eval_runner.service.usage import read_database, usage_log_for
 from tests.support.paths import EXAMPLE
@@ -40,6 +42,19 @@ async def released(_: Tool) -> EventRef:
     return RELEASE
 
 
+class PlanningBug(Admission):
+    """Planning with a bug in its first run: any error rebuilding was not written to expect (a real
+    admission's bug cannot be summoned on demand, so this one is put there)."""
+
+    broken = True
+
+    async def plan(self, run: RunInput, requester: EventRef) -> RunPlan:
+        if self.broken:
+            self.broken = False
+            raise RuntimeError("a bug in planning")
+        return await super().plan(run, requester)
+
+
 @dataclass
 class Runner:
     pipeline: Pipeline
@@ -49,7 +64,13 @@ class Runner:
 
 @contextlib.asynccontextmanager
 async def runner(
-    url: str, relay: str, secret: SecretKey, state: Path, catalog: Catalog, release: ToolRelease | None
+    url: str,
+    relay: str,
+    secret: SecretKey,
+    state: Path,
+    catalog: Catalog,
+    release: ToolRelease | None,
+    admitting: type[Admission] = Admission,
 ) -> AsyncIterator[Runner]:
     state.mkdir(parents=True)
     key = secret.public_key().to_hex()
@@ -59,7 +80,7 @@ async def runner(
             pipeline = Pipeline(
                 secret=secret,
                 ledger=ledger,
-                admission=Admission(runner=key, catalog=catalog, state=state, temp_root=state, tool_release=release),
+                admission=admitting(runner=key, catalog=catalog, state=state, temp_root=state, tool_release=release),
                 suite_runner=suite,
                 publisher=publisher,
                 quota=quota_for(state / "quota.json", ledger),
@@ -169,6 +190,41 @@ async def test_a_queued_run_whose_deadline_passed_fails_unrun_and_gives_its_quot
         assert job.status == "failed"
         assert taker.ledger.day_counts(day) == ({}, 0), "the run's share given back"
     assert [record.outcome for record in read_database(url).records] == ["failed"]
+
+
+async def test_a_queued_run_whose_rebuilding_breaks_fails_and_frees_its_slot(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    url = postgres.fresh_schema()
+    secret = SecretKey.generate()
+    catalog = Catalog.load([EXAMPLE])
+    stop = asyncio.Event()
+    async with (
+        local_relay() as relay,
+        runner(url, relay, secret, tmp_path / "admits", catalog, released) as admitter,
+        runner(url, relay, secret, tmp_path / "takes", catalog, None, PlanningBug) as taker,
+        Trainer(relay, secret.public_key().to_hex()) as trainer,
+    ):
+        broken = trainer.execute_event(trainer.body(greeting(), "req-broken"))
+        after = trainer.execute_event(trainer.body(greeting(), "req-after"))
+        await admitter.pipeline.handle(broken)
+        await admitter.pipeline.handle(after)
+        assert admitter.ledger.queue_depth() == 2
+        assert taker.pipeline.queue is not None
+        taker.pipeline.queue.start(stop)
+        result = await trainer.result(broken)
+        assert (result.outcome, result.message) == ("failed", UNREBUILT)
+        later = await trainer.result(after)
+        stop.set()
+        assert later.outcome == "completed", "the one suite slot came back after the broken run"
+        assert (admitter.suite.runs, taker.suite.runs) == (0, 1)
+        job = taker.ledger.job(result_key(taker, trainer, "req-broken"))
+        assert job is not None
+        assert job.status == "failed"
+        assert taker.ledger.day_counts(day_of(time.time())) == ({trainer.pubkey: 1}, 2), (
+            "the broken run's share given back"
+        )
+    assert sorted(record.outcome for record in read_database(url).records) == ["completed", "failed"]
 
 
 def result_key(found: Runner, trainer: Trainer, request: str) -> str:

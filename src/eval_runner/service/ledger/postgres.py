@@ -18,7 +18,7 @@ machines write at once, and keeps the guarantees the SQLite file gets from its o
   first: a dispatched claim becomes `unknown` with its stored result (never runnable again), a
   never-dispatched one is dropped, running jobs become `unknown`. `heartbeat` returns the claims it
   settled so that runner answers them. A runner whose own lease lapsed learns it at its next heartbeat
-  (`LedgerError`) and must stop: its claims may already be answered `unknown`.
+  (`LeaseLostError`) and must stop: its claims may already be answered `unknown`.
 * **Same rows.** The tables are the SQLite file's (with `rowid` as an identity column so "oldest first"
   reads the same, `holder` on claims, and BYTEA for the root), so a row reads back as the same record.
 """
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Final
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from eval_runner.contracts.errors import Code, ContractError
 from eval_runner.service.ledger.backend import Db, LedgerStorage, Rows, ledger_tables
@@ -43,10 +44,11 @@ from eval_runner.service.ledger.store import Ledger, _hex64
 
 #: The default lease: a runner silent for this long has its claims recovered by another.
 LEASE_MS: Final = 30_000
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 #: How long a handled event id is kept so no other runner handles it again (the catch-up asks back 600 s).
 TAKEN_DAYS: Final = 2
-#: What only a fleet needs: the event ids a runner took, and each holder's lease.
+#: What only a fleet needs: the event ids a runner took (and, from schema 4, the holder that took each), and
+#: each holder's lease.
 _FLEET_TABLES: Final = """CREATE TABLE taken (
     worker TEXT NOT NULL,
     event_id TEXT NOT NULL,
@@ -67,13 +69,24 @@ MIGRATIONS: Final[dict[int, str]] = {
     1: SCHEMA,
     2: "ALTER TABLE jobs ADD COLUMN publishing TEXT",
     3: QUEUE_SCHEMA,
+    4: "ALTER TABLE taken ADD COLUMN holder TEXT",
 }
+#: Seconds to wait for the database to answer a connection, and keepalive probes (idle seconds, seconds
+#: between probes, probes) that find a cut network; a stuck connection must not outlive the lease.
+CONNECT_TIMEOUT_S: Final = 10
+KEEPALIVES: Final = (5, 5, 3)
+#: The least statement timeout (ms); otherwise a statement may take as long as the lease, no longer.
+STATEMENT_FLOOR_MS: Final = 1_000
 #: The advisory lock every runner takes while it brings the schema up to date.
 _MIGRATION_LOCK: Final = 0x6576616C2D72756E  # "eval-run"
 _LIVE_HOLDER: Final = (
     " AND NOT EXISTS (SELECT 1 FROM leases WHERE leases.worker = claims.worker "
     "AND leases.holder = claims.holder AND leases.expires_at > clock_timestamp())"
 )
+
+
+class LeaseLostError(LedgerError):
+    """This runner's lease lapsed: another runner may already have answered its claims, so it must stop."""
 
 
 class _Row:
@@ -152,10 +165,27 @@ class PostgresTables(LedgerStorage):
             raise LedgerError("the ledger is closed")
         if self._db is None or self._db.closed or self._db.broken:
             try:
-                self._db = psycopg.connect(self.url, autocommit=True, row_factory=_rows)
+                self._db = psycopg.connect(self.url, autocommit=True, row_factory=_rows, **self._bounds())
             except psycopg.Error as error:
                 raise LedgerError(f"the ledger database could not be reached: {_plain(error)}") from error
         return self._db
+
+    def _bounds(self) -> dict[str, Any]:
+        """Connection parameters that bound how long a stuck database or a cut network can hold a call:
+        ours where the URL sets none, and a statement timeout the URL's own `options` may override."""
+        given = conninfo_to_dict(self.url)
+        idle, interval, count = KEEPALIVES
+        bounds: dict[str, Any] = {
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "keepalives": 1,
+            "keepalives_idle": idle,
+            "keepalives_interval": interval,
+            "keepalives_count": count,
+        }
+        found = {name: value for name, value in bounds.items() if name not in given}
+        statement = f"-c statement_timeout={max(self.lease_ms, STATEMENT_FLOOR_MS)}"
+        found["options"] = f"{statement} {given['options']}" if given.get("options") else statement
+        return found
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Db]:
@@ -195,13 +225,24 @@ class PostgresTables(LedgerStorage):
         return _LIVE_HOLDER + NOT_QUEUED, ()
 
     def take_event(self, event_id: str) -> bool:
-        """Record that this runner handles `event_id`; False when another runner of the fleet already does."""
+        """Record that this holder handles `event_id`; False when a live holder of the fleet already took it.
+
+        A holder whose lease lapsed (a runner SIGKILLed between taking an event and claiming it) loses its
+        events: the next runner offered the event takes it over, so it is handled once the lease is gone
+        instead of refused by everyone for `TAKEN_DAYS`. Handling an event twice is what the claim rules
+        already answer (a retransmission), as after any restart. A row without a holder (written before
+        schema 4) is never taken over: its taker may be an older runner still alive.
+        """
         with self._mutex:
             connection = self._connection()
             try:
                 taken = connection.execute(
-                    "INSERT INTO taken (worker, event_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                    (self.worker, event_id),
+                    "INSERT INTO taken (worker, event_id, holder) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (worker, event_id) DO UPDATE SET holder = excluded.holder, "
+                    "taken_at = clock_timestamp() WHERE taken.holder IS NOT NULL AND NOT EXISTS "
+                    "(SELECT 1 FROM leases WHERE leases.worker = taken.worker AND leases.holder = taken.holder "
+                    "AND leases.expires_at > clock_timestamp())",
+                    (self.worker, event_id, self.holder),
                 )
             except psycopg.Error as error:
                 raise LedgerError(f"the ledger write failed: {_plain(error)}") from error
@@ -236,7 +277,7 @@ class PostgresTables(LedgerStorage):
             )
 
     def _renew_lease(self) -> None:
-        """Extend this holder's lease; a lease that already lapsed is never revived (`LedgerError`)."""
+        """Extend this holder's lease; a lease that already lapsed is never revived (`LeaseLostError`)."""
         with self._write() as db:
             renewed = db.execute(
                 "UPDATE leases SET expires_at = clock_timestamp() + make_interval(secs => ? / 1000.0) "
@@ -244,7 +285,7 @@ class PostgresTables(LedgerStorage):
                 (self.lease_ms, self.worker, self.holder),
             )
             if renewed.rowcount != 1:
-                raise LedgerError("this runner's lease lapsed; its claims are another runner's to answer")
+                raise LeaseLostError("this runner's lease lapsed; its claims are another runner's to answer")
 
     def _forget_lapsed(self) -> None:
         """Drop lapsed leases that hold no open claim any more (after recovery settled them), and taken event
@@ -293,7 +334,7 @@ class PostgresLedger(QueueRecords, CountRecords, PostgresTables):
     def heartbeat(self, now: int) -> tuple[Claim, ...]:
         """Renew this runner's lease, then recover the claims of runners whose lease lapsed.
 
-        Returns the claims this call settled `unknown`, for this runner to answer. Raises `LedgerError` when
+        Returns the claims this call settled `unknown`, for this runner to answer. Raises `LeaseLostError` when
         this runner's own lease had lapsed: the caller must stop, another runner answers its claims.
         """
         self._renew_lease()
@@ -337,6 +378,13 @@ def read_usage_lines(url: str, since: str | None = None) -> tuple[tuple[str, str
     return tuple((str(day), str(line)) for day, line in rows)
 
 
+#: libpq's words for a connection string it cannot parse quote the string's parts (a password among them).
+_UNPARSED = "the database URL does not read (percent-encode a password's special characters)"
+
+
 def _plain(error: psycopg.Error) -> str:
-    """The first line of a database error, never the connection string (it may hold a password)."""
+    """The first line of a database error, never the connection string (it may hold a password): a
+    client-side error with no SQLSTATE (libpq parsing the URL, resolving its host) is said in fixed words."""
+    if error.sqlstate is None and isinstance(error, psycopg.ProgrammingError | psycopg.InterfaceError):
+        return _UNPARSED
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -12,7 +12,8 @@ it was (the usage record's clock and size), and `plan`, what admission decided t
 might decide differently (the tool's release, coder's defaults as read then, the quota ticket). Enqueueing
 records the run's job and its `queued` progress note in the same transaction, so the taker goes on from
 `seq` 1. Taking the row makes the taker the claim's holder (its lease then covers the run: from here a
-dead holder's run is answered `unknown`, never rerun). Recovery (`_recover`) leaves queued claims alone.
+dead holder's run is answered `unknown`, never rerun), so only a runner whose own lease is live takes one.
+Recovery (`_recover`) leaves queued claims alone.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ CREATE INDEX usage_lines_day ON usage_lines (worker, day, rowid);
 """
 #: The condition (on `claims`) that keeps a queued claim out of recovery: nobody runs it yet.
 NOT_QUEUED: Final = " AND NOT EXISTS (SELECT 1 FROM queue WHERE queue.key = claims.key)"
+#: The condition a taker meets (parameters: its worker and holder): it holds a live lease.
+_LIVE_TAKER: Final = (
+    "EXISTS (SELECT 1 FROM leases WHERE leases.worker = ? AND leases.holder = ? "
+    "AND leases.expires_at > clock_timestamp())"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,21 +108,21 @@ class QueueRecords(Ledger):
 
     def take(self, key: str | None = None) -> Taken | None:
         """The oldest queued run no other runner is taking (or the one of `key`), now held by this runner;
-        None when there is none. Takers skip each other's rows (`SKIP LOCKED`) rather than wait."""
+        None when there is none, or when this runner's own lease lapsed (a survivor would answer the run
+        `unknown` while it runs here: the runner learns at its next heartbeat that it must stop). Takers
+        skip each other's rows (`SKIP LOCKED`) rather than wait."""
         only = "" if key is None else " AND key = ?"
         with self._unlocked_write() as db:
             row = db.execute(
                 "SELECT key, request, arrival_ms, bytes_in, plan FROM queue WHERE worker = ?"  # noqa: S608
-                f"{only} ORDER BY rowid LIMIT 1 FOR UPDATE SKIP LOCKED",
-                (self.worker,) if key is None else (self.worker, key),
+                f"{only} AND {_LIVE_TAKER} ORDER BY rowid LIMIT 1 FOR UPDATE SKIP LOCKED",
+                (self.worker, *(() if key is None else (key,)), self.worker, self.holder),
             ).fetchone()
             if row is None:
                 return None
             queued = Queued(row["key"], row["request"], int(row["arrival_ms"]), int(row["bytes_in"]), row["plan"])
             db.execute("DELETE FROM queue WHERE key = ?", (queued.key,))
-            db.execute(
-                "UPDATE claims SET holder = ? WHERE key = ? AND worker = ?", (self.holder, queued.key, self.worker)
-            )
+            self._held(db, queued.key)
             claim = self._require(db, queued.key)
         return Taken(queued, claim)
 

@@ -13,7 +13,8 @@ a draft is written out again, a published test set comes again from its release 
 second admission might decide differently is taken from the row (`plan`): the tool's release, coder's
 defaults as read at admission (the lock's bytes, the adopted tools by definition), and the quota ticket.
 The switch and the disk floor are not asked again: the run was accepted. A run that cannot be rebuilt
-fails with the reason (it was accepted, so it is answered, never refused). A run whose request's deadline
+fails with the reason (it was accepted, so it is answered, never refused); one whose rebuilding broke
+unforeseen (a bug) fails `UNREBUILT` the same way, and its slot is given back. A run whose request's deadline
 passed while it waited is never run: it fails with `DEADLINE_PASSED`, its quota given back, as admission
 would have refused it `stale` had it arrived then. Progress and the result come from the runner that runs
 it, to the requester's first execute event and every alias.
@@ -50,6 +51,8 @@ from eval_runner.service.requests.reply import answer_text
 POLL: Final = 0.25
 #: The failed result of a queued run whose request's deadline passed before a runner took it.
 DEADLINE_PASSED: Final = "the request's deadline passed while it waited in the queue"
+#: The failed result of a queued run whose rebuilding broke unforeseen (a bug): it is answered, not left.
+UNREBUILT: Final = "the runner couldn't plan this queued run"
 
 logger = logging.getLogger(__name__)
 
@@ -210,23 +213,31 @@ class RunQueue:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, taken: Taken, *, slot: bool) -> None:
+        """Rebuild and run a taken run; the slot taken for it goes back unless the run took it over, whatever
+        broke (a run that cannot be rebuilt is still answered, and its claim settled)."""
         claim, queued = taken.claim, taken.queued
         arrival = Arrival(queued.arrival_ms, queued.bytes_in)
+        held = slot
         try:
-            opened, plan, ticket = await self._rebuild(queued, claim.deadline)
-        except RebuildError as error:
-            if slot:
-                self.context.slots.release()
-            await self._unbuilt(taken, arrival, error, cancelled=claim.cancel_requested or not slot)
-            return
-        stop = asyncio.Event()
-        if claim.cancel_requested or not slot:
-            stop.set()
-        self.context.stops[claim.key] = stop
-        run = HostedRun(self.context, opened, arrival, plan, claim, ticket, stop, queued=True, slot_held=slot)
-        try:
+            try:
+                opened, plan, ticket = await self._rebuild(queued, claim.deadline)
+            except Exception as error:  # a bug in rebuilding must not leave the phone waiting for an answer
+                failure = error if isinstance(error, RebuildError) else _unforeseen(claim.key_name, error)
+                if held:
+                    held = False
+                    self.context.slots.release()
+                await self._unbuilt(taken, arrival, failure, cancelled=claim.cancel_requested or not slot)
+                return
+            stop = asyncio.Event()
+            if claim.cancel_requested or not slot:
+                stop.set()
+            self.context.stops[claim.key] = stop
+            run = HostedRun(self.context, opened, arrival, plan, claim, ticket, stop, queued=True, slot_held=slot)
+            held = False  # the run releases it when it ends
             await run.run()
         finally:
+            if held:
+                self.context.slots.release()
             self._wake.set()
 
     async def _rebuild(self, queued: Queued, deadline: int) -> tuple[OpenedExecute, RunPlan, Ticket]:
@@ -273,6 +284,10 @@ class RunQueue:
             failure = RebuildError(refusal.message)
             failure.ticket = ticket
             raise failure from None
+        except Exception as error:
+            failure = _unforeseen(opened.event.id[:12], error)
+            failure.ticket = ticket
+            raise failure from None
         try:
             if release is not None:
                 definition = dataclasses.replace(plan.subject.definition, event=release)
@@ -280,9 +295,11 @@ class RunQueue:
             plan = dataclasses.replace(plan, defaults=self._defaults(document.get("defaults")))
         except BaseException as error:
             plan.close()
-            if isinstance(error, RebuildError):
-                error.ticket = ticket
-            raise
+            if not isinstance(error, Exception):
+                raise
+            failure = error if isinstance(error, RebuildError) else _unforeseen(opened.event.id[:12], error)
+            failure.ticket = ticket
+            raise failure from None
         return opened, plan, ticket
 
     def _defaults(self, value: JsonValue) -> AdoptedDefaults | None:
@@ -342,6 +359,13 @@ class RunQueue:
             return
         for alias in settled.aliases:
             await context.answers.result(claim.principal, alias, settled.result)
+
+
+def _unforeseen(name: str, error: Exception) -> RebuildError:
+    """An error rebuilding was not written to expect, logged (type and message: the request's event and
+    the row hold no secret) and turned into the failed result `UNREBUILT`."""
+    logger.error("rebuilding %s failed: %s: %s", name, type(error).__name__, error)
+    return RebuildError(UNREBUILT)
 
 
 async def _first(wake: asyncio.Event, stopped: asyncio.Future[Any], seconds: float) -> None:
